@@ -1,0 +1,240 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Querier is what *sql.DB, *sql.Tx and *sql.Conn have in common. Methods that take
+// one can run inside the caller's own transaction (enqueue with InsertTx-style APIs,
+// atomic SQL tasks whose body and completion commit together).
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Dialect is everything the core asks of a database. Implementations must be safe
+// for concurrent use.
+type Dialect interface {
+	// Name is the dialect's name: "postgres", "sqlite" or "sqlserver". It also
+	// names the migrations folder.
+	Name() string
+	// DB is the connection pool of the queue database.
+	DB() *sql.DB
+	// BeginTx starts a transaction suitable for writing queue tables (SQLite takes
+	// its write lock at BEGIN so that a transaction never fails half way to upgrade).
+	BeginTx(ctx context.Context) (*sql.Tx, error)
+	// Close releases the pool and any listener.
+	Close() error
+
+	// Submit inserts tasks into one process in q, creating the process if new and
+	// opening the stage they belong to. All or nothing: the caller commits q.
+	Submit(ctx context.Context, q Querier, p SubmitParams) (SubmitResult, error)
+
+	// TaskClaim leases up to p.Max available tasks to a worker and writes the
+	// start of their Logs rows, in one transaction.
+	TaskClaim(ctx context.Context, p ClaimParams) ([]ClaimedTask, error)
+	// TaskFinish records the end of an attempt, fenced by the lease token, and moves
+	// the process to its next stage when the attempt finished the current one.
+	// It returns ErrLeaseLost, changing nothing, when the token no longer holds.
+	TaskFinish(ctx context.Context, q Querier, p FinishParams) error
+	// TaskExtendLeases extends the leases a worker holds and returns the ids of the
+	// tasks it still holds; a task missing from the answer was lost.
+	TaskExtendLeases(ctx context.Context, p ExtendParams) ([]int64, error)
+	// TaskRescueExpired returns tasks whose lease expired to the queue (or fails
+	// them when they are out of attempts), closing their Logs rows as abandoned.
+	TaskRescueExpired(ctx context.Context, p RescueParams) (int, error)
+
+	// WorkerRegister inserts or refreshes a worker's row.
+	WorkerRegister(ctx context.Context, w WorkerInfo) error
+	// WorkerHeartbeat records that a worker is alive.
+	WorkerHeartbeat(ctx context.Context, workerID string) error
+	// WorkerStop marks a worker stopped (graceful shutdown).
+	WorkerStop(ctx context.Context, workerID string) error
+
+	// LogList reads Logs rows, oldest first.
+	LogList(ctx context.Context, f LogFilter) ([]LogEntry, error)
+	// TaskList reads the tasks still in the queue (finished tasks have left it).
+	TaskList(ctx context.Context, f TaskFilter) ([]TaskInfo, error)
+	// ProcessGet reads one process by name.
+	ProcessGet(ctx context.Context, name string) (ProcessInfo, error)
+}
+
+// Notifier is implemented by dialects that can wake idle workers when work
+// arrives (PostgreSQL's LISTEN/NOTIFY). Others are polled.
+type Notifier interface {
+	// Listen delivers a value on the returned channel whenever tasks may have
+	// become available, until ctx ends. Deliveries may be coalesced.
+	Listen(ctx context.Context) (<-chan struct{}, error)
+}
+
+// Task states in the Tasks table. Tasks that succeeded, were discarded or were
+// cancelled leave the table; their history stays in Logs.
+const (
+	StateBlocked   = "blocked"   // waiting for a lower ExecutionOrder of its process
+	StateAvailable = "available" // runnable at or after run_at
+	StateRunning   = "running"   // leased to a worker
+	StateFailed    = "failed"    // out of attempts; blocks later stages
+)
+
+// Process states.
+const (
+	ProcessActive    = "active"
+	ProcessSucceeded = "succeeded"
+	ProcessFailed    = "failed"
+)
+
+// Outcome is how an attempt ended, as written to Logs.outcome.
+type Outcome string
+
+// Attempt outcomes.
+const (
+	OutcomeRunning   Outcome = "running"   // started, not ended (yet)
+	OutcomeSucceeded Outcome = "succeeded" // the task is done
+	OutcomeFailed    Outcome = "failed"    // the attempt failed; Logs.retry_at says whether another follows
+	OutcomeAbandoned Outcome = "abandoned" // the lease expired: the worker died or stalled
+	OutcomeReleased  Outcome = "released"  // handed back at shutdown; the attempt is not counted
+)
+
+// DefaultProcess is the process of tasks enqueued without one. It has the seed's
+// global barrier: its stages follow each other across everything enqueued to it.
+const DefaultProcess = "default"
+
+// NewTask is one task of a submission.
+type NewTask struct {
+	Order       int
+	Kind        string // "sql" for SQL bodies, otherwise a registered handler
+	Body        string
+	MaxAttempts int
+	Priority    int
+	Atomic      bool
+	// RunAt, when set, is the earliest start; otherwise Delay after the database's now.
+	RunAt *time.Time
+	Delay time.Duration
+}
+
+// SubmitParams is a submission of tasks to one process.
+type SubmitParams struct {
+	Process string
+	Tasks   []NewTask
+}
+
+// SubmitResult names what a submission created.
+type SubmitResult struct {
+	ProcessID int64
+	TaskIDs   []int64 // in the order of SubmitParams.Tasks
+}
+
+// ClaimParams asks for tasks for one worker.
+type ClaimParams struct {
+	WorkerID string
+	Max      int
+	Token    int64 // the lease token (fence) of every task of this claim
+	Lease    time.Duration
+}
+
+// ClaimedTask is a task leased to a worker.
+type ClaimedTask struct {
+	ID          int64
+	ProcessID   int64
+	Process     string
+	Order       int
+	Kind        string
+	Body        string
+	Attempt     int // 1 for the first run
+	MaxAttempts int
+	Atomic      bool
+	Token       int64
+}
+
+// FinishParams ends an attempt.
+type FinishParams struct {
+	TaskID  int64
+	Token   int64
+	Outcome Outcome // succeeded, failed or released
+	Error   string
+	// RetryAfter, with OutcomeFailed, schedules another attempt after this delay;
+	// zero means the task has failed for good.
+	RetryAfter time.Duration
+}
+
+// ExtendParams extends a worker's leases.
+type ExtendParams struct {
+	WorkerID string
+	Lease    time.Duration
+}
+
+// RescueParams bounds one rescue pass.
+type RescueParams struct {
+	Max int // rows per pass, well under SQL Server's lock-escalation threshold
+}
+
+// WorkerInfo describes a worker process.
+type WorkerInfo struct {
+	ID          string
+	Hostname    string
+	PID         int
+	Concurrency int
+	Version     string
+}
+
+// LogFilter selects Logs rows; zero fields do not filter.
+type LogFilter struct {
+	Process  string
+	TaskID   int64
+	WorkerID string
+	Outcome  Outcome
+	Since    time.Time
+	Limit    int
+}
+
+// LogEntry is one attempt of one task.
+type LogEntry struct {
+	ID        int64
+	TaskID    int64
+	ProcessID int64
+	Process   string
+	Order     int
+	Kind      string
+	Body      string
+	WorkerID  string
+	Attempt   int
+	StartedAt time.Time
+	EndedAt   *time.Time
+	Outcome   Outcome
+	Error     string
+	RetryAt   *time.Time
+}
+
+// TaskFilter selects tasks; zero fields do not filter.
+type TaskFilter struct {
+	Process string
+	State   string
+	Limit   int
+}
+
+// TaskInfo is a task still in the queue.
+type TaskInfo struct {
+	ID          int64
+	Process     string
+	Order       int
+	Kind        string
+	Body        string
+	State       string
+	Attempt     int
+	MaxAttempts int
+	Priority    int
+	RunAt       time.Time
+	WorkerID    string
+	LastError   string
+}
+
+// ProcessInfo is a row of Processes.
+type ProcessInfo struct {
+	ID           int64
+	Name         string
+	State        string
+	CurrentOrder *int
+}

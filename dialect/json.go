@@ -1,0 +1,37 @@
+package dialect
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// taskJSON is the wire form of a NewTask for dialects whose submit routine takes
+// a JSON array (PostgreSQL's stageq.submit, SQL Server's stageq.Submit). One
+// parameter carries the whole batch, so the statement text never varies with it.
+type taskJSON struct {
+	Order       int        `json:"execution_order"`
+	Kind        string     `json:"kind"`
+	Body        string     `json:"body"`
+	MaxAttempts int        `json:"max_attempts"`
+	Priority    int        `json:"priority"`
+	Atomic      bool       `json:"atomic"`
+	RunAt       *time.Time `json:"run_at,omitempty"`
+	DelayMS     int64      `json:"delay_ms"`
+}
+
+// TasksJSON encodes tasks for a submit routine.
+func TasksJSON(tasks []NewTask) ([]byte, error) {
+	out := make([]taskJSON, len(tasks))
+	for i, t := range tasks {
+		var at *time.Time
+		if t.RunAt != nil {
+			u := t.RunAt.UTC()
+			at = &u
+		}
+		out[i] = taskJSON{
+			Order: t.Order, Kind: t.Kind, Body: t.Body, MaxAttempts: t.MaxAttempts,
+			Priority: t.Priority, Atomic: t.Atomic, RunAt: at, DelayMS: t.Delay.Milliseconds(),
+		}
+	}
+	return json.Marshal(out)
+}

@@ -1,0 +1,79 @@
+// Package postgres is stageq's PostgreSQL dialect (pgx v5 through database/sql).
+//
+// The stage barrier lives in the routines the migrations install
+// (migrations/postgres: stageq.submit, stageq.finish, stageq.rescue,
+// stageq.open_stage); the claim is one statement in claim.go. Every statement is
+// parameterised and fixed, so pgx prepares each once per connection.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+func init() {
+	dialect.Register("postgres", Open)
+	dialect.Register("postgresql", Open)
+}
+
+// Postgres implements dialect.Dialect.
+type Postgres struct {
+	db  *sql.DB
+	dsn string
+}
+
+// Open connects to the DSN (postgres://user@host:port/db?sslmode=disable) and
+// checks that the server answers.
+func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
+	cfg, err := pgconnConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxIdleConns(16)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to postgres %s: %w", dialect.Redact(dsn), err)
+	}
+	return &Postgres{db: db, dsn: dsn}, nil
+}
+
+// Name implements dialect.Dialect.
+func (p *Postgres) Name() string { return "postgres" }
+
+// DB implements dialect.Dialect.
+func (p *Postgres) DB() *sql.DB { return p.db }
+
+// BeginTx implements dialect.Dialect.
+func (p *Postgres) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	tx, err := p.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", mapErr(err))
+	}
+	return tx, nil
+}
+
+// Close implements dialect.Dialect.
+func (p *Postgres) Close() error { return p.db.Close() }
+
+// mapErr turns PostgreSQL's error codes into stageq's sentinel errors, keeping the
+// server's message: 22023 (invalid_parameter_value, raised by stageq's routines),
+// 23514 (check_violation) and 22003 (numeric out of range) are bad input.
+func mapErr(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "22023", "23514", "22003", "22P02":
+			return fmt.Errorf("%w: %s", dialect.ErrInvalid, strings.TrimPrefix(pe.Message, "stageq: "))
+		}
+	}
+	return err
+}

@@ -1,0 +1,42 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+const workerRegisterSQL = `
+INSERT INTO stageq.workers (id, hostname, pid, concurrency, version)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO UPDATE
+   SET heartbeat_at = now(), stopped_at = NULL, concurrency = EXCLUDED.concurrency`
+
+// WorkerRegister implements dialect.Dialect.
+func (p *Postgres) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {
+	if _, err := p.db.ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version); err != nil {
+		return fmt.Errorf("register worker: %w", mapErr(err))
+	}
+	return nil
+}
+
+const workerHeartbeatSQL = `UPDATE stageq.workers SET heartbeat_at = now() WHERE id = $1`
+
+// WorkerHeartbeat implements dialect.Dialect.
+func (p *Postgres) WorkerHeartbeat(ctx context.Context, id string) error {
+	if _, err := p.db.ExecContext(ctx, workerHeartbeatSQL, id); err != nil {
+		return fmt.Errorf("worker heartbeat: %w", mapErr(err))
+	}
+	return nil
+}
+
+const workerStopSQL = `UPDATE stageq.workers SET stopped_at = now(), heartbeat_at = now() WHERE id = $1`
+
+// WorkerStop implements dialect.Dialect.
+func (p *Postgres) WorkerStop(ctx context.Context, id string) error {
+	if _, err := p.db.ExecContext(ctx, workerStopSQL, id); err != nil {
+		return fmt.Errorf("stop worker: %w", mapErr(err))
+	}
+	return nil
+}

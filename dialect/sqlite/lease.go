@@ -1,0 +1,102 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// extendSQL pushes back every lease a worker holds and returns the ids it still
+// holds. In: lease offset, worker.
+const extendSQL = `
+UPDATE stageq_tasks SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+ WHERE worker_id = ? AND state = 'running'
+RETURNING id`
+
+// TaskExtendLeases implements dialect.Dialect.
+func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]int64, error) {
+	rows, err := s.db.QueryContext(ctx, extendSQL, offset(ep.Lease), ep.WorkerID)
+	if err != nil {
+		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("extend leases: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+const (
+	// In: limit. Out: expired leases, oldest first (a seek on stageq_tasks_lease).
+	rescueFindSQL = `
+SELECT id, process_id, lease_token, worker_id FROM stageq_tasks
+ WHERE state = 'running' AND lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now')
+ ORDER BY lease_expires_at
+ LIMIT ?`
+	// A task out of attempts fails for good; otherwise it runs again now.
+	// In: error, id, token.
+	rescueTaskSQL = `
+UPDATE stageq_tasks
+   SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END,
+       run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ?,
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE id = ? AND lease_token = ? AND state = 'running'`
+	// In: error, id, token.
+	rescueLogSQL = `
+UPDATE stageq_logs
+   SET ended_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+       duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
+       outcome = 'abandoned', error = ?
+ WHERE task_id = ? AND lease_token = ?`
+)
+
+// TaskRescueExpired implements dialect.Dialect.
+func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams) (int, error) {
+	n := 0
+	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
+		type expired struct {
+			id, process, token int64
+			worker             string
+		}
+		rows, err := q.QueryContext(ctx, rescueFindSQL, rp.Max)
+		if err != nil {
+			return mapErr(err)
+		}
+		var found []expired
+		for rows.Next() {
+			var e expired
+			if err := rows.Scan(&e.id, &e.process, &e.token, &e.worker); err != nil {
+				rows.Close()
+				return err
+			}
+			found = append(found, e)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		for _, e := range found {
+			msg := "lease expired: worker " + e.worker + " stopped extending it"
+			if _, err := q.ExecContext(ctx, rescueTaskSQL, msg, e.id, e.token); err != nil {
+				return mapErr(err)
+			}
+			if _, err := q.ExecContext(ctx, rescueLogSQL, msg, e.id, e.token); err != nil {
+				return mapErr(err)
+			}
+			if err := openStage(ctx, q, e.process); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rescue expired leases: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,128 @@
+// Package sqlite is stageq's embedded dialect (modernc.org/sqlite, pure Go): the
+// default that needs no server.
+//
+// SQLite serialises writers, so there are no row locks to skip: every write
+// transaction starts with BEGIN IMMEDIATE (the DSN's _txlock), which takes the
+// database's write lock up front so a transaction never fails half way trying to
+// upgrade from reader to writer. WAL mode lets readers go on meanwhile, and
+// busy_timeout makes writers of other processes wait their turn instead of failing.
+// The stage barrier is kept by openStage (stage.go), run under that lock.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+func init() {
+	dialect.Register("sqlite", Open)
+	registerFunctions()
+}
+
+// SQLite implements dialect.Dialect.
+type SQLite struct {
+	db   *sql.DB
+	path string
+}
+
+// Open opens (creating if missing) the database file named by the DSN:
+// sqlite://stageq.db (relative to the working directory), sqlite:///var/lib/stageq.db
+// (absolute). Query parameters are passed to the driver.
+func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
+	path, query, err := parseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	for k, v := range query {
+		q[k] = v
+	}
+	// Pragmas every stageq connection needs; the user's own parameters come after.
+	q.Add("_pragma", "busy_timeout(30000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	return &SQLite{db: db, path: path}, nil
+}
+
+// parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and
+// sqlite:///abs/file.db are accepted.
+func parseDSN(dsn string) (string, url.Values, error) {
+	rest, ok := strings.CutPrefix(dsn, "sqlite://")
+	if !ok {
+		return "", nil, fmt.Errorf("sqlite DSN %q must start with sqlite://", dsn)
+	}
+	path, rawQuery, _ := strings.Cut(rest, "?")
+	if path == "" {
+		return "", nil, fmt.Errorf("sqlite DSN %q names no file (for example sqlite://stageq.db)", dsn)
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", nil, fmt.Errorf("sqlite DSN %q: %w", dsn, err)
+	}
+	return path, q, nil
+}
+
+// Name implements dialect.Dialect.
+func (s *SQLite) Name() string { return "sqlite" }
+
+// DB implements dialect.Dialect.
+func (s *SQLite) DB() *sql.DB { return s.db }
+
+// BeginTx implements dialect.Dialect: BEGIN IMMEDIATE, through the DSN's _txlock.
+func (s *SQLite) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", mapErr(err))
+	}
+	return tx, nil
+}
+
+// Close implements dialect.Dialect.
+func (s *SQLite) Close() error { return s.db.Close() }
+
+// inTx runs fn in q when q is already a transaction, otherwise in a new one.
+func (s *SQLite) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Querier) error) error {
+	if _, isDB := q.(*sql.DB); !isDB && q != nil {
+		return fn(q)
+	}
+	tx, err := s.BeginTx(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return nil
+}
+
+// mapErr turns constraint violations into dialect.ErrInvalid.
+func mapErr(err error) error {
+	var se *msqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT {
+		return fmt.Errorf("%w: %s", dialect.ErrInvalid, se.Error())
+	}
+	return err
+}

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+// NewEnqueueCommand builds `enqueue`.
+func NewEnqueueCommand() *cobra.Command {
+	var (
+		dsn, process, file, kind, runAt string
+		order, maxAttempts, priority    int
+		delay                           time.Duration
+		atomic, asJSON                  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue [flags] (BODY | - | --file PLAN)",
+		Short: "Add a task, or a whole multi-stage plan, to the queue",
+		Long: `Adds one task (its SQL body as the argument, or '-' to read it from stdin), or
+a whole process of stages from a plan file (--file plan.yaml or .json) in one
+transaction. Prints what it created; --json for scripts.`,
+		Example: `  enqueue --order 200 'CALL etl.load_customers()'
+  enqueue --process nightly --order 100 --max-attempts 5 'EXEC dbo.LoadCustomers'
+  echo 'SELECT 1' | enqueue --order 100 -
+  enqueue --file examples/seed001.yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var plan stages.Plan
+			switch {
+			case file != "" && len(args) > 0:
+				return usageErrorf("give either a body or --file, not both")
+			case file != "":
+				for _, f := range []string{"order", "kind", "max-attempts", "priority", "delay", "run-at", "atomic"} {
+					if cmd.Flags().Changed(f) {
+						return usageErrorf("--%s applies to a single task; set it in the plan file instead", f)
+					}
+				}
+				p, err := readPlan(file, cmd.InOrStdin())
+				if err != nil {
+					return UsageError{err}
+				}
+				if cmd.Flags().Changed("process") {
+					p.Process = process
+				}
+				plan = p
+			case len(args) == 1:
+				body := args[0]
+				if body == "-" {
+					b, err := io.ReadAll(cmd.InOrStdin())
+					if err != nil {
+						return fmt.Errorf("read body from stdin: %w", err)
+					}
+					body = string(b)
+				}
+				t := stages.Task{Kind: kind, Body: body, MaxAttempts: maxAttempts, Priority: priority,
+					Atomic: &atomic, Delay: stages.Duration(delay)}
+				if cmd.Flags().Changed("max-attempts") && maxAttempts < 1 {
+					return usageErrorf("--max-attempts must be >= 1, got %d", maxAttempts)
+				}
+				if runAt != "" {
+					at, err := time.Parse(time.RFC3339, runAt)
+					if err != nil {
+						return usageErrorf("--run-at %q: use RFC 3339, like 2026-01-02T15:04:05Z", runAt)
+					}
+					t.RunAt = at
+				}
+				plan = stages.Plan{Process: process, Stages: []stages.Stage{{Order: &order, Tasks: []stages.Task{t}}}}
+			default:
+				return usageErrorf("nothing to enqueue: give a body, '-' for stdin, or --file PLAN")
+			}
+			if err := plan.Validate(); err != nil {
+				return UsageError{err}
+			}
+			c, err := openClient(cmd.Context(), dsn, false, zerolog.Nop())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			res, err := c.Submit(cmd.Context(), plan)
+			if err != nil {
+				return err
+			}
+			return printResult(cmd.OutOrStdout(), res, asJSON)
+		},
+	}
+	dsnFlag(cmd, &dsn)
+	f := cmd.Flags()
+	f.IntVar(&order, "order", 0, "ExecutionOrder: the stage within its process (whole number >= 0)")
+	f.StringVar(&process, "process", "", `process to add to, created if new (default "default")`)
+	f.StringVarP(&file, "file", "f", "", "plan file (.yaml, .yml or .json; '-' with --format for stdin) with many stages and tasks")
+	f.StringVar(&kind, "kind", queue.KindSQL, "task kind: sql, or the name of a Go handler registered on the workers")
+	f.IntVar(&maxAttempts, "max-attempts", stages.DefaultMaxAttempts, "attempts before the task fails for good")
+	f.IntVar(&priority, "priority", 0, "higher runs first among runnable tasks")
+	f.DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
+	f.StringVar(&runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
+	f.BoolVar(&atomic, "atomic", false, "run the SQL body and the task's completion in one transaction")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.MarkFlagsMutuallyExclusive("delay", "run-at")
+	return cmd
+}
+
+func readPlan(name string, stdin io.Reader) (stages.Plan, error) {
+	if name == "-" {
+		return stages.Parse(stdin, "yaml") // JSON is YAML too
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return stages.Plan{}, fmt.Errorf("plan file: %w", err)
+	}
+	defer f.Close()
+	return stages.ParseFile(name, f)
+}
+
+func printResult(w io.Writer, res queue.Result, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, res)
+	}
+	ids := make([]string, len(res.TaskIDs))
+	for i, id := range res.TaskIDs {
+		ids[i] = fmt.Sprint(id)
+	}
+	noun := "task"
+	if len(ids) > 1 {
+		noun = "tasks"
+	}
+	list := strings.Join(ids, ", ")
+	if len(ids) > 20 {
+		list = fmt.Sprintf("%s … %s", strings.Join(ids[:3], ", "), ids[len(ids)-1])
+	}
+	_, err := fmt.Fprintf(w, "enqueued %d %s (%s) into process %q (id %d)\n", len(ids), noun, list, res.Process, res.ProcessID)
+	return err
+}

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/migrations"
+)
+
+// NewQueuectlCommand builds `queuectl`, the operator's command.
+func NewQueuectlCommand() *cobra.Command {
+	var dsn string
+	root := &cobra.Command{
+		Use:   "queuectl",
+		Short: "Operate a stageq queue: schema, logs, tasks",
+	}
+	dsnFlag(root, &dsn)
+	root.AddCommand(newMigrateCommand(&dsn), newLogsCommand(&dsn), newTasksCommand(&dsn))
+	return root
+}
+
+func newMigrateCommand(dsn *string) *cobra.Command {
+	cmd := &cobra.Command{Use: "migrate", Short: "Apply or inspect the schema"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "up",
+		Short: "Apply every migration the database lacks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := dialect.Open(cmd.Context(), *dsn)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			v, err := migrations.Up(cmd.Context(), d.Name(), d.DB())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d\n", d.Name(), v)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "version",
+		Short: "Print the schema version of the database and the one this binary expects",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := dialect.Open(cmd.Context(), *dsn)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			got, dirty, err := migrations.Version(cmd.Context(), d.Name(), d.DB())
+			if err != nil {
+				return err
+			}
+			want, err := migrations.Expected(d.Name())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "database: %d%s\nbinary expects: %d\n", got, map[bool]string{true: " (dirty)"}[dirty], want)
+			if err := migrations.Check(cmd.Context(), d.Name(), d.DB()); err != nil {
+				return exitCodeError{code: ExitFailure, err: err}
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+func newLogsCommand(dsn *string) *cobra.Command {
+	var (
+		f      dialect.LogFilter
+		since  time.Duration
+		asJSON bool
+		out    string
+	)
+	cmd := &cobra.Command{
+		Use:   "logs",
+		Short: "Show the Logs trail: every attempt of every task, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if since < 0 {
+				return usageErrorf("--since must not be negative")
+			}
+			if since > 0 {
+				f.Since = time.Now().Add(-since)
+			}
+			f.Outcome = dialect.Outcome(out)
+			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			entries, err := c.Logs(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), entries)
+			}
+			return printLogs(cmd, entries)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Process, "process", "", "only this process")
+	fl.Int64Var(&f.TaskID, "task", 0, "only this task id")
+	fl.StringVar(&f.WorkerID, "worker", "", "only this worker id")
+	fl.StringVar(&out, "outcome", "", "only this outcome: running, succeeded, failed, abandoned, released")
+	fl.DurationVar(&since, "since", 0, "only attempts started within this long (e.g. 1h)")
+	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printLogs(cmd *cobra.Command, entries []dialect.LogEntry) error {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOG\tTASK\tPROCESS\tORDER\tWORKER\tATTEMPT\tSTARTED\tENDED\tOUTCOME\tBODY\tERROR")
+	for _, e := range entries {
+		ended := "-"
+		if e.EndedAt != nil {
+			ended = e.EndedAt.Local().Format("15:04:05.000")
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.TaskID, e.Process, e.Order,
+			e.WorkerID, e.Attempt, e.StartedAt.Local().Format("15:04:05.000"), ended, e.Outcome,
+			clip(e.Body, 40), clip(e.Error, 60))
+	}
+	return tw.Flush()
+}
+
+func newTasksCommand(dsn *string) *cobra.Command {
+	var (
+		f      dialect.TaskFilter
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "List the tasks still in the queue (finished ones are in logs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			tasks, err := c.Dialect().TaskList(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), tasks)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TASK\tPROCESS\tORDER\tSTATE\tATTEMPT\tRUN AT\tWORKER\tBODY\tLAST ERROR")
+			for _, t := range tasks {
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, t.Process, t.Order, t.State,
+					t.Attempt, t.MaxAttempts, t.RunAt.Local().Format(time.DateTime), t.WorkerID, clip(t.Body, 40), clip(t.LastError, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Process, "process", "", "only this process")
+	fl.StringVar(&f.State, "state", "", "only this state: blocked, available, running, failed")
+	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

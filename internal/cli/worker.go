@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+)
+
+// NewWorkerCommand builds `worker`. It runs until SIGTERM or SIGINT (the caller's
+// context), or until the queue has been idle for --exit-when-idle.
+func NewWorkerCommand() *cobra.Command {
+	var (
+		dsn, targetDSN, id string
+		cfg                queue.WorkerConfig
+		migrate            bool
+		logs               logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "worker [flags]",
+		Short: "Claim and run tasks until stopped",
+		Long: `Claims tasks from the queue database and runs them, --concurrency at a time,
+respecting each process's stages. Run as many workers as you like, on as many
+machines: the database coordinates them. SIGTERM or SIGINT stops claiming, lets
+running tasks finish within --shutdown-grace, and releases the rest.`,
+		Example: `  worker --concurrency 8
+  worker --dsn postgres://stageq@db/etl --migrate
+  worker --exit-when-idle 30s   # a batch run: stop once the queue stays empty`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cfg.ID, cfg.Logger, cfg.Version = id, log, Version
+			ctx := cmd.Context()
+			c, err := openClient(ctx, dsn, migrate, log)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if targetDSN != "" {
+				target, err := dialect.Open(ctx, targetDSN)
+				if err != nil {
+					return fmt.Errorf("target database: %w", err)
+				}
+				defer target.Close()
+				cfg.TargetDB = target.DB()
+			}
+			w, err := queue.NewWorker(c, cfg)
+			if err != nil {
+				return UsageError{err}
+			}
+			return w.Run(ctx)
+		},
+	}
+	dsnFlag(cmd, &dsn)
+	f := cmd.Flags()
+	f.StringVar(&id, "id", "", "worker id in Workers and Logs (default host-pid-random)")
+	f.IntVarP(&cfg.Concurrency, "concurrency", "c", 4, "tasks run at once")
+	f.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long a claimed task stays this worker's without a heartbeat")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "how often leases are extended and expired ones rescued (default lease/3)")
+	f.DurationVar(&cfg.PollMax, "poll-max", 2*time.Second, "longest wait between polls of an empty queue")
+	f.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "exit once no task has run for this long (0: run until stopped)")
+	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running tasks may take to finish before they are released")
+	f.DurationVar(&cfg.RetryBase, "retry-base", time.Second, "backoff after the first failed attempt (doubles per attempt)")
+	f.DurationVar(&cfg.RetryMax, "retry-max", 10*time.Minute, "longest backoff between attempts")
+	f.StringVar(&targetDSN, "target-dsn", "", "run SQL bodies on this database instead of the queue's")
+	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations before starting")
+	logs.add(cmd)
+	return cmd
+}

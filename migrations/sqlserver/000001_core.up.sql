@@ -1,0 +1,1 @@
+-- placeholder: the SQL Server schema is being written (issue 3)

@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/migrations"
+	"github.com/stageq/stageq/stages"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Migrate applies missing migrations when the client opens. Without it, Open
+	// refuses a database whose schema version is not the one this binary expects.
+	Migrate bool
+	// Logger receives the library's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Client enqueues tasks. It is safe for concurrent use.
+type Client struct {
+	d   dialect.Dialect
+	log zerolog.Logger
+}
+
+// Result names what a submission created.
+type Result struct {
+	ProcessID int64   `json:"process_id"`
+	Process   string  `json:"process"`
+	TaskIDs   []int64 `json:"task_ids"`
+}
+
+// Open connects to the queue database named by the DSN (sqlite://file.db,
+// postgres://…, sqlserver://…) and checks (or, with cfg.Migrate, applies) its schema.
+func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
+	d, err := dialect.Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(ctx, d, cfg)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// New wraps an open dialect, checking or migrating its schema like Open.
+func New(ctx context.Context, d dialect.Dialect, cfg Config) (*Client, error) {
+	c := &Client{d: d, log: cfg.Logger}
+	if cfg.Migrate {
+		if _, err := c.Migrate(ctx); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if err := migrations.Check(ctx, d.Name(), d.DB()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Migrate applies the migrations the database lacks and returns its version.
+func (c *Client) Migrate(ctx context.Context) (uint, error) {
+	v, err := migrations.Up(ctx, c.d.Name(), c.d.DB())
+	if err != nil {
+		return 0, err
+	}
+	c.log.Debug().Uint("version", v).Str("dialect", c.d.Name()).Msg("schema is current")
+	return v, nil
+}
+
+// Dialect is the database behind the client, for the operator commands.
+func (c *Client) Dialect() dialect.Dialect { return c.d }
+
+// Close closes the database pool.
+func (c *Client) Close() error { return c.d.Close() }
+
+// Enqueue adds one task to a process ("" for the default process) at an order.
+func (c *Client) Enqueue(ctx context.Context, process string, order int, t stages.Task) (Result, error) {
+	return c.Submit(ctx, stages.Plan{Process: process, Stages: []stages.Stage{{Order: &order, Tasks: []stages.Task{t}}}})
+}
+
+// Submit adds a whole plan in one transaction: no worker sees part of it.
+func (c *Client) Submit(ctx context.Context, p stages.Plan) (Result, error) {
+	tx, err := c.d.BeginTx(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("submit: %w", err)
+	}
+	res, err := c.SubmitTx(ctx, tx, p)
+	if err != nil {
+		tx.Rollback()
+		return Result{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Result{}, fmt.Errorf("submit: commit: %w", err)
+	}
+	return res, nil
+}
+
+// SubmitTx adds a plan inside the caller's own transaction on the queue database,
+// so the tasks exist if and only if the caller's other writes commit.
+func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, p stages.Plan) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, err
+	}
+	params := p.Resolve()
+	sr, err := c.d.Submit(ctx, tx, params)
+	if err != nil {
+		return Result{}, fmt.Errorf("submit to process %q: %w", params.Process, err)
+	}
+	c.log.Debug().Str("process", params.Process).Int("tasks", len(sr.TaskIDs)).Msg("submitted")
+	return Result{ProcessID: sr.ProcessID, Process: params.Process, TaskIDs: sr.TaskIDs}, nil
+}
+
+// Logs reads the Logs trail, oldest first.
+func (c *Client) Logs(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
+	return c.d.LogList(ctx, f)
+}

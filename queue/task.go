@@ -1,0 +1,54 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Task is what a handler is given: one attempt of one task.
+type Task struct {
+	ID          int64
+	Process     string
+	Order       int
+	Kind        string
+	Body        string // the payload; SQL text for kind "sql"
+	Attempt     int    // 1 for the first attempt
+	MaxAttempts int
+}
+
+// Handler runs tasks of one kind. Returning nil finishes the task; an error fails
+// the attempt (retried with backoff until MaxAttempts; wrap with NoRetry to fail
+// for good at once). ctx ends when the worker shuts down past its grace period or
+// loses the task's lease: stop then, the result will not be recorded.
+type Handler func(ctx context.Context, t *Task) error
+
+// KindSQL is the kind of tasks whose body is SQL run by the worker itself.
+const KindSQL = "sql"
+
+type noRetry struct{ err error }
+
+func (n noRetry) Error() string { return n.err.Error() }
+func (n noRetry) Unwrap() error { return n.err }
+
+// NoRetry marks a handler's error as final: the task fails without further attempts.
+func NoRetry(err error) error {
+	if err == nil {
+		return nil
+	}
+	return noRetry{err}
+}
+
+func isNoRetry(err error) bool {
+	var n noRetry
+	return errors.As(err, &n)
+}
+
+// errLeaseLost cancels a running task whose lease the worker no longer holds.
+var errLeaseLost = errors.New("lease lost")
+
+// errShutdown cancels running tasks left after the shutdown grace period.
+var errShutdown = errors.New("worker shutting down")
+
+// panicError turns a handler's panic into a failed attempt.
+func panicError(v any) error { return fmt.Errorf("handler panicked: %v", v) }

@@ -1,0 +1,321 @@
+package queue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// WorkerConfig configures a Worker. Zero fields take the defaults named.
+type WorkerConfig struct {
+	// ID names the worker in Workers and Logs; default host-pid-random.
+	ID string
+	// Concurrency is how many tasks run at once (default 4).
+	Concurrency int
+	// Lease is how long a claimed task stays the worker's without a heartbeat
+	// (default 30s). A crashed worker's tasks run again after about this long.
+	Lease time.Duration
+	// Heartbeat is how often leases are extended and expired ones rescued
+	// (default Lease/3).
+	Heartbeat time.Duration
+	// PollMin and PollMax bound the idle polling interval, which doubles while
+	// the queue stays empty (defaults 50ms and 2s). Notifications, where the
+	// database has them, wake the worker sooner.
+	PollMin, PollMax time.Duration
+	// ExitWhenIdle makes Run return once no task has run for this long (the
+	// seed's @WaitingTime); zero runs until the context ends.
+	ExitWhenIdle time.Duration
+	// ShutdownGrace is how long running tasks may take to finish after the
+	// context ends (default 30s); what is still running then is released.
+	ShutdownGrace time.Duration
+	// RetryBase and RetryMax shape the backoff between failed attempts
+	// (defaults 1s and 10m).
+	RetryBase, RetryMax time.Duration
+	// TargetDB runs SQL bodies; nil runs them on the queue database. Atomic tasks
+	// always need the queue database and fail on a worker with a target.
+	TargetDB *sql.DB
+	// Logger receives the worker's logs; the zero value logs nothing.
+	Logger zerolog.Logger
+	// Version is recorded in the Workers table.
+	Version string
+}
+
+func (c *WorkerConfig) setDefaults() error {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.Concurrency < 0 || c.Concurrency > 10000 {
+		return fmt.Errorf("worker: concurrency must be between 1 and 10000, got %d", c.Concurrency)
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Lease < 100*time.Millisecond {
+		return fmt.Errorf("worker: lease must be at least 100ms, got %s", c.Lease)
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = c.Lease / 3
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.Lease {
+		return fmt.Errorf("worker: heartbeat must be positive and shorter than the lease (%s), got %s", c.Lease, c.Heartbeat)
+	}
+	if c.PollMin == 0 {
+		c.PollMin = 50 * time.Millisecond
+	}
+	if c.PollMax == 0 {
+		c.PollMax = 2 * time.Second
+	}
+	if c.PollMin <= 0 || c.PollMax < c.PollMin {
+		return fmt.Errorf("worker: poll interval bounds must satisfy 0 < min <= max, got %s and %s", c.PollMin, c.PollMax)
+	}
+	if c.ExitWhenIdle < 0 {
+		return fmt.Errorf("worker: exit-when-idle must not be negative, got %s", c.ExitWhenIdle)
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 10 * time.Minute
+	}
+	if c.RetryBase < 0 || c.RetryMax < c.RetryBase {
+		return fmt.Errorf("worker: retry backoff bounds must satisfy 0 <= base <= max, got %s and %s", c.RetryBase, c.RetryMax)
+	}
+	return nil
+}
+
+// Worker claims and runs tasks. Create it with NewWorker, register handlers with
+// Handle, then call Run.
+type Worker struct {
+	d        dialect.Dialect
+	cfg      WorkerConfig
+	log      zerolog.Logger
+	handlers map[string]Handler
+
+	mu      sync.Mutex
+	running map[int64]context.CancelCauseFunc // task id -> cancel of its run
+
+	slotFree chan struct{} // a task ended
+	wake     chan struct{} // work may be available (notification, rescue)
+	healthy  atomic.Bool   // heartbeats reach the database
+	started  atomic.Bool
+}
+
+// NewWorker prepares a worker on the client's database.
+func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		d:        c.d,
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("worker", cfg.ID).Logger(),
+		handlers: map[string]Handler{},
+		running:  map[int64]context.CancelCauseFunc{},
+		slotFree: make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
+	}
+	w.healthy.Store(true)
+	return w, nil
+}
+
+// ID is the worker's id as recorded in Workers and Logs.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle registers the handler for a task kind. Kinds are unique, and "sql" is
+// the worker's own.
+func (w *Worker) Handle(kind string, h Handler) error {
+	switch {
+	case w.started.Load():
+		return errors.New("worker: Handle after Run")
+	case kind == "" || kind == KindSQL:
+		return fmt.Errorf("worker: kind %q is reserved or empty", kind)
+	case h == nil:
+		return fmt.Errorf("worker: nil handler for kind %q", kind)
+	}
+	if _, dup := w.handlers[kind]; dup {
+		return fmt.Errorf("worker: kind %q already has a handler", kind)
+	}
+	w.handlers[kind] = h
+	return nil
+}
+
+// Run claims and runs tasks until ctx ends (or, with ExitWhenIdle, the queue has
+// been idle that long). On the way out it stops claiming, gives running tasks
+// ShutdownGrace to finish, and releases the rest so other workers take them at once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice")
+	}
+	host, _ := os.Hostname()
+	info := dialect.WorkerInfo{ID: w.cfg.ID, Hostname: host, PID: os.Getpid(), Concurrency: w.cfg.Concurrency, Version: w.cfg.Version}
+	if err := w.d.WorkerRegister(ctx, info); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")
+
+	// Tasks run on a context of their own: the end of ctx stops claiming, while
+	// running tasks get the grace period before theirs is cancelled.
+	taskCtx, cancelTasks := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelTasks(errShutdown)
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() { defer bg.Done(); w.heartbeatLoop(bgCtx) }()
+	if n, ok := w.d.(dialect.Notifier); ok {
+		if ch, err := n.Listen(bgCtx); err != nil {
+			w.log.Warn().Err(err).Msg("notifications unavailable; polling only")
+		} else {
+			bg.Add(1)
+			go func() {
+				defer bg.Done()
+				for range ch {
+					signal(w.wake)
+				}
+			}()
+		}
+	}
+
+	var tasks sync.WaitGroup
+	err := w.claimLoop(ctx, taskCtx, &tasks)
+
+	w.shutdown(&tasks, cancelTasks)
+	stopBackground()
+	bg.Wait()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := w.d.WorkerStop(stopCtx, w.cfg.ID); serr != nil {
+		w.log.Warn().Err(serr).Msg("could not mark worker stopped")
+	}
+	w.log.Info().Msg("worker stopped")
+	return err
+}
+
+// claimLoop is the worker's heart: claim up to the free capacity, start each
+// task, and wait (backing off while the queue is empty) when there is nothing
+// to claim or no capacity to claim with.
+func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) error {
+	poll := w.cfg.PollMin
+	lastWork := time.Now()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		free := w.cfg.Concurrency - w.runningCount()
+		claimed := 0
+		if free > 0 && w.healthy.Load() {
+			got, err := w.d.TaskClaim(ctx, dialect.ClaimParams{
+				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease,
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				w.log.Error().Err(err).Msg("claim failed; backing off")
+			}
+			for _, t := range got {
+				w.start(taskCtx, tasks, t)
+			}
+			claimed = len(got)
+		}
+		if claimed > 0 || w.runningCount() > 0 {
+			lastWork = time.Now()
+		}
+		if claimed > 0 {
+			poll = w.cfg.PollMin
+			if claimed == free {
+				continue // there may be more; the next pass finds out
+			}
+		}
+		if w.cfg.ExitWhenIdle > 0 && w.runningCount() == 0 && time.Since(lastWork) >= w.cfg.ExitWhenIdle {
+			w.log.Info().Dur("idle", w.cfg.ExitWhenIdle).Msg("queue idle; exiting")
+			return nil
+		}
+		wait := poll
+		if w.cfg.ExitWhenIdle > 0 {
+			wait = min(wait, max(w.cfg.ExitWhenIdle-time.Since(lastWork), time.Millisecond))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+			poll = w.cfg.PollMin
+		case <-w.slotFree:
+		case <-timer.C:
+			if claimed == 0 && free > 0 {
+				poll = min(poll*2, w.cfg.PollMax)
+			}
+		}
+		timer.Stop()
+	}
+}
+
+func (w *Worker) start(taskCtx context.Context, tasks *sync.WaitGroup, t dialect.ClaimedTask) {
+	runCtx, cancel := context.WithCancelCause(taskCtx)
+	w.mu.Lock()
+	w.running[t.ID] = cancel
+	w.mu.Unlock()
+	tasks.Add(1)
+	go func() {
+		defer tasks.Done()
+		defer func() {
+			w.mu.Lock()
+			delete(w.running, t.ID)
+			w.mu.Unlock()
+			cancel(nil)
+			signal(w.slotFree)
+		}()
+		w.runTask(runCtx, t)
+	}()
+}
+
+func (w *Worker) runningCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+// shutdown waits up to the grace period for running tasks, then cancels the rest;
+// their attempts end as released (runner.go), so other workers take them at once.
+func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) {
+	done := make(chan struct{})
+	go func() { tasks.Wait(); close(done) }()
+	if n := w.runningCount(); n > 0 {
+		w.log.Info().Int("running", n).Dur("grace", w.cfg.ShutdownGrace).Msg("waiting for running tasks")
+	}
+	select {
+	case <-done:
+		return
+	case <-time.After(w.cfg.ShutdownGrace):
+	}
+	w.log.Warn().Int("running", w.runningCount()).Msg("grace period over; releasing running tasks")
+	cancelTasks(errShutdown)
+	<-done
+}
+
+// newToken is a lease token: random, so a stale holder cannot guess the next one.
+func newToken() int64 { return rand.Int64N(1<<62) + 1 }
+
+// signal delivers without blocking; one pending signal is enough.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,214 @@
+package stages
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults for a task's fields left out of a plan or a command line.
+const (
+	DefaultKind        = "sql"
+	DefaultMaxAttempts = 3
+	MaxNameLength      = 200
+)
+
+// Plan is one submission: tasks of one process in one or more stages, inserted in
+// one transaction so no worker ever sees half of it.
+//
+// In a plan file (YAML or JSON):
+//
+//	process: nightly-etl        # optional; "default" when left out
+//	defaults:                   # optional; apply to every task below
+//	  max_attempts: 5
+//	stages:
+//	  - order: 100
+//	    tasks:
+//	      - body: CALL etl.extract_customers()
+//	      - body: CALL etl.extract_orders()
+//	        atomic: true
+//	  - order: 200
+//	    tasks:
+//	      - body: CALL etl.load()
+//	        max_attempts: 1
+//	        delay: 30s
+type Plan struct {
+	Process  string       `json:"process,omitempty" yaml:"process,omitempty"`
+	Defaults TaskDefaults `json:"defaults,omitempty" yaml:"defaults,omitempty"`
+	Stages   []Stage      `json:"stages" yaml:"stages"`
+}
+
+// Stage is the tasks of one ExecutionOrder.
+type Stage struct {
+	Order *int   `json:"order" yaml:"order"`
+	Tasks []Task `json:"tasks" yaml:"tasks"`
+}
+
+// TaskDefaults are fields every task of a plan inherits unless it sets its own.
+type TaskDefaults struct {
+	Kind        string `json:"kind,omitempty" yaml:"kind,omitempty"`
+	MaxAttempts int    `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
+	Priority    int    `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Atomic      bool   `json:"atomic,omitempty" yaml:"atomic,omitempty"`
+}
+
+// Task is one unit of work. Body is SQL text when Kind is "sql" (the default), or
+// the payload handed to the Go handler registered for Kind.
+type Task struct {
+	Kind        string    `json:"kind,omitempty" yaml:"kind,omitempty"`
+	Body        string    `json:"body" yaml:"body"`
+	MaxAttempts int       `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
+	Priority    int       `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Atomic      *bool     `json:"atomic,omitempty" yaml:"atomic,omitempty"`
+	Delay       Duration  `json:"delay,omitempty" yaml:"delay,omitempty"`
+	RunAt       time.Time `json:"run_at,omitempty" yaml:"run_at,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s", "5m" or "1h30m" in plan files.
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler for JSON and YAML.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("duration %q: use a number with a unit, like 30s or 5m", string(b))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// ErrInvalidPlan is wrapped by every validation and parse error of a plan.
+var ErrInvalidPlan = errors.New("invalid plan")
+
+// ParseFile reads a plan file; its extension (.yaml, .yml or .json) picks the format.
+func ParseFile(name string, r io.Reader) (Plan, error) {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".json":
+		return Parse(r, "json")
+	case ".yaml", ".yml":
+		return Parse(r, "yaml")
+	default:
+		return Plan{}, fmt.Errorf("%w: %s: the file name must end in .yaml, .yml or .json", ErrInvalidPlan, name)
+	}
+}
+
+// Parse reads a plan in format "yaml" or "json", rejecting unknown fields, and
+// validates it.
+func Parse(r io.Reader, format string) (Plan, error) {
+	var p Plan
+	switch format {
+	case "json":
+		dec := json.NewDecoder(r)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		}
+		if dec.More() {
+			return Plan{}, fmt.Errorf("%w: trailing data after the plan object", ErrInvalidPlan)
+		}
+	case "yaml":
+		dec := yaml.NewDecoder(r)
+		dec.KnownFields(true)
+		if err := dec.Decode(&p); err != nil {
+			if errors.Is(err, io.EOF) {
+				return Plan{}, fmt.Errorf("%w: the file is empty", ErrInvalidPlan)
+			}
+			return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		}
+	default:
+		return Plan{}, fmt.Errorf("%w: unknown format %q (yaml or json)", ErrInvalidPlan, format)
+	}
+	if err := p.Validate(); err != nil {
+		return Plan{}, err
+	}
+	return p, nil
+}
+
+// Validate checks a plan and names the first problem by stage and task.
+func (p Plan) Validate() error {
+	if err := ValidateName(p.ProcessName()); err != nil {
+		return fmt.Errorf("%w: process: %v", ErrInvalidPlan, err)
+	}
+	if p.Defaults.MaxAttempts < 0 {
+		return fmt.Errorf("%w: defaults.max_attempts must be >= 1, got %d", ErrInvalidPlan, p.Defaults.MaxAttempts)
+	}
+	if len(p.Stages) == 0 {
+		return fmt.Errorf("%w: a plan needs at least one stage", ErrInvalidPlan)
+	}
+	seen := map[int]bool{}
+	for i, s := range p.Stages {
+		where := fmt.Sprintf("stages[%d]", i)
+		if s.Order == nil {
+			return fmt.Errorf("%w: %s: order is required", ErrInvalidPlan, where)
+		}
+		if *s.Order < 0 {
+			return fmt.Errorf("%w: %s: order must be >= 0, got %d", ErrInvalidPlan, where, *s.Order)
+		}
+		if seen[*s.Order] {
+			return fmt.Errorf("%w: %s: order %d appears twice; put its tasks in one stage", ErrInvalidPlan, where, *s.Order)
+		}
+		seen[*s.Order] = true
+		if len(s.Tasks) == 0 {
+			return fmt.Errorf("%w: %s (order %d) has no tasks", ErrInvalidPlan, where, *s.Order)
+		}
+		for j, t := range s.Tasks {
+			if err := t.validate(); err != nil {
+				return fmt.Errorf("%w: %s.tasks[%d]: %v", ErrInvalidPlan, where, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (t Task) validate() error {
+	if strings.TrimSpace(t.Body) == "" {
+		return errors.New("body must not be empty")
+	}
+	if t.MaxAttempts < 0 {
+		return fmt.Errorf("max_attempts must be >= 1, got %d", t.MaxAttempts)
+	}
+	if t.Delay < 0 {
+		return fmt.Errorf("delay must not be negative, got %s", time.Duration(t.Delay))
+	}
+	if len(t.Kind) > MaxNameLength {
+		return fmt.Errorf("kind is longer than %d characters", MaxNameLength)
+	}
+	return nil
+}
+
+// ValidateName checks a process name.
+func ValidateName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return errors.New("name must not be empty")
+	}
+	if len(name) > MaxNameLength {
+		return fmt.Errorf("name is longer than %d characters", MaxNameLength)
+	}
+	return nil
+}
+
+// ProcessName is the plan's process, "default" when it names none.
+func (p Plan) ProcessName() string {
+	if p.Process == "" {
+		return "default"
+	}
+	return p.Process
+}
+
+// TaskCount is the number of tasks in the plan.
+func (p Plan) TaskCount() int {
+	n := 0
+	for _, s := range p.Stages {
+		n += len(s.Tasks)
+	}
+	return n
+}
