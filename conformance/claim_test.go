@@ -1,0 +1,262 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestNoDoubleClaim: 8 concurrent workers — 4 goroutines in this process and 4
+// worker processes — drain 2,000 SQL tasks; every task ran exactly once.
+func TestNoDoubleClaim(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		const n = 2000
+		db.exec(t, "CREATE TABLE conf_runs (n INT NOT NULL)")
+		p := stages.Plan{Process: "drain"}
+		order := 100
+		s := stages.Stage{Order: &order}
+		for i := range n {
+			s.Tasks = append(s.Tasks, stages.Task{Body: fmt.Sprintf("INSERT INTO conf_runs (n) VALUES (%d)", i)})
+		}
+		p.Stages = []stages.Stage{s}
+		if _, err := db.Client.Submit(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+
+		cfg := fastConfig()
+		cfg.Concurrency = 2
+		startWorkers(t, db, 4, cfg, nil)
+		for range 4 {
+			spawnWorker(t, db, "--concurrency", "2", "--lease", "5s", "--poll-max", "100ms")
+		}
+		waitFor(t, 3*time.Minute, "all tasks to run", func() bool {
+			return db.count(t, "SELECT count(*) FROM conf_runs") >= n && len(db.logs(t, dialect.LogFilter{Outcome: dialect.OutcomeSucceeded})) >= n
+		})
+		// Let any double run that is still in flight land before counting.
+		time.Sleep(300 * time.Millisecond)
+		if got := db.count(t, "SELECT count(*) FROM conf_runs"); got != n {
+			t.Errorf("bodies ran %d times for %d tasks", got, n)
+		}
+		if got := db.count(t, "SELECT count(DISTINCT n) FROM conf_runs"); got != n {
+			t.Errorf("%d distinct tasks ran, want %d", got, n)
+		}
+		entries := db.logs(t, dialect.LogFilter{})
+		seen := map[int64]int{}
+		workers := map[string]bool{}
+		for _, e := range entries {
+			if e.Outcome != dialect.OutcomeSucceeded {
+				t.Errorf("log %d: outcome %s (%s), want succeeded", e.ID, e.Outcome, e.Error)
+			}
+			seen[e.TaskID]++
+			workers[e.WorkerID] = true
+		}
+		for id, c := range seen {
+			if c != 1 {
+				t.Errorf("task %d has %d log rows", id, c)
+			}
+		}
+		if len(seen) != n {
+			t.Errorf("%d tasks in logs, want %d", len(seen), n)
+		}
+		if len(workers) < 2 {
+			t.Errorf("only %d worker(s) ran tasks; the test needs real concurrency", len(workers))
+		}
+		t.Logf("%d tasks by %d workers", len(seen), len(workers))
+	})
+}
+
+// TestStageOrder: several processes with several stages under many workers. From
+// Logs, no task started before every lower-order task of its process had ended,
+// same-order tasks overlapped, and processes progressed independently.
+func TestStageOrder(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		orders := []int{100, 200, 300, 400}
+		for _, name := range []string{"alpha", "beta", "gamma"} {
+			p := plan(name, "work", orders, func(o, i int) string { return "30ms" }, 4)
+			if _, err := db.Client.Submit(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The default process keeps the seed's global barrier too.
+		for _, o := range []int{200, 100} {
+			if _, err := db.Client.Enqueue(ctx, "", o, stages.Task{Kind: "work", Body: "30ms"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := fastConfig()
+		cfg.Concurrency = 3
+		startWorkers(t, db, 4, cfg, func(w *queue.Worker) {
+			w.Handle("work", func(ctx context.Context, task *queue.Task) error {
+				d, err := time.ParseDuration(task.Body)
+				if err != nil {
+					return err
+				}
+				time.Sleep(d)
+				return nil
+			})
+		})
+		total := 3*len(orders)*4 + 2
+		waitFor(t, time.Minute, "all tasks to succeed", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Outcome: dialect.OutcomeSucceeded})) == total
+		})
+		entries := db.logs(t, dialect.LogFilter{})
+		rs := runs(entries)
+		if v := stages.CheckOrder(rs); len(v) > 0 {
+			for _, x := range v {
+				t.Error(x)
+			}
+		}
+		overlapped := 0
+		for _, name := range []string{"alpha", "beta", "gamma"} {
+			for _, o := range orders {
+				if stages.MaxOverlap(rs, func(r stages.Run) bool { return r.Process == name && r.Order == o }) >= 2 {
+					overlapped++
+				}
+			}
+			pi, err := db.D.ProcessGet(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pi.State != dialect.ProcessSucceeded {
+				t.Errorf("process %s is %s, want succeeded", name, pi.State)
+			}
+		}
+		if overlapped < 6 {
+			t.Errorf("same-order tasks overlapped in only %d of 12 stages; stages should run in parallel", overlapped)
+		}
+		// Different processes progress independently: some task of one process ran
+		// while a different stage of another process ran.
+		cross := false
+		for _, a := range rs {
+			for _, b := range rs {
+				if a.Process != b.Process && a.Order != b.Order && a.Start.Before(*b.End) && b.Start.Before(*a.End) {
+					cross = true
+				}
+			}
+		}
+		if !cross {
+			t.Error("no two processes ever ran different stages at the same time")
+		}
+	})
+}
+
+// TestLowerOrderArrivesLater: a task of a lower order added to a process whose
+// higher stage is waiting blocks that stage again until it finishes.
+func TestLowerOrderArrivesLater(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		if _, err := db.Client.Enqueue(ctx, "late", 300, stages.Task{Kind: "work", Body: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Client.Enqueue(ctx, "late", 100, stages.Task{Kind: "work", Body: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[int]string{}
+		for _, tk := range tasks {
+			states[tk.Order] = tk.State
+		}
+		if states[100] != dialect.StateAvailable || states[300] != dialect.StateBlocked {
+			t.Fatalf("states by order = %v, want 100 available and 300 blocked", states)
+		}
+		var order []int
+		var mu sync.Mutex
+		startWorkers(t, db, 1, fastConfig(), func(w *queue.Worker) {
+			w.Handle("work", func(ctx context.Context, task *queue.Task) error {
+				mu.Lock()
+				order = append(order, task.Order)
+				mu.Unlock()
+				return nil
+			})
+		})
+		waitFor(t, 30*time.Second, "both tasks", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(order) == 2
+		})
+		if order[0] != 100 || order[1] != 300 {
+			t.Errorf("ran orders %v, want [100 300]", order)
+		}
+	})
+}
+
+// TestAtomicSubmission: a reader polling while a large plan is submitted sees
+// none of it or all of it, and a worker running meanwhile never claims a task
+// of it before the whole plan has committed.
+func TestAtomicSubmission(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		const perStage = 1000
+		p := plan("big", "work", []int{100, 200, 300}, func(o, i int) string { return "x" }, perStage)
+		total := 3 * perStage
+
+		var claimedEarly atomic.Int64
+		var submitted atomic.Bool
+		startWorkers(t, db, 2, fastConfig(), func(w *queue.Worker) {
+			w.Handle("work", func(ctx context.Context, task *queue.Task) error {
+				if !submitted.Load() {
+					claimedEarly.Add(1)
+				}
+				return nil
+			})
+		})
+
+		stop := make(chan struct{})
+		seen := make(chan map[int]bool, 1)
+		go func() {
+			counts := map[int]bool{}
+			for {
+				select {
+				case <-stop:
+					seen <- counts
+					return
+				default:
+				}
+				n := len(db.logs(t, dialect.LogFilter{Process: "big"}))
+				tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "big"})
+				if err == nil && n == 0 {
+					counts[len(tasks)] = true
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		tx, err := db.D.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Client.SubmitTx(ctx, tx, p); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // a window in which half a plan would show
+		submitted.Store(true)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Minute, "the plan to drain", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "big", Outcome: dialect.OutcomeSucceeded})) == total
+		})
+		close(stop)
+		for n := range <-seen {
+			if n != 0 && n != total {
+				t.Errorf("a reader saw %d of %d tasks of an uncommitted plan", n, total)
+			}
+		}
+		if c := claimedEarly.Load(); c > 0 {
+			t.Errorf("%d tasks were claimed before the submission committed", c)
+		}
+		if v := stages.CheckOrder(runs(db.logs(t, dialect.LogFilter{}))); len(v) > 0 {
+			t.Errorf("barrier violated: %v", v[0])
+		}
+	})
+}

@@ -1,0 +1,158 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestCrashRescue: a worker process is killed with SIGKILL mid-task. Its lease
+// expires, another worker rescues the task and runs it again, and Logs shows the
+// abandoned attempt beside the successful one.
+func TestCrashRescue(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		res, err := db.Client.Enqueue(ctx, "crash", 100, stages.Task{Body: db.sleepSQL(1.5)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.TaskIDs[0]
+		victim := spawnWorker(t, db, "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "50ms")
+		waitFor(t, 20*time.Second, "the victim to start the task", func() bool {
+			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeRunning})) == 1
+		})
+		victim.kill()
+		killedAt := time.Now()
+
+		startWorkers(t, db, 1, fastConfig(), nil)
+		waitFor(t, 30*time.Second, "the task to succeed after rescue", func() bool {
+			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
+		})
+		entries := db.logs(t, dialect.LogFilter{TaskID: id})
+		if len(entries) != 2 {
+			t.Fatalf("task %d has %d log rows, want 2 (abandoned, succeeded): %+v", id, len(entries), entries)
+		}
+		if entries[0].Outcome != dialect.OutcomeAbandoned || entries[0].Attempt != 1 {
+			t.Errorf("first attempt: outcome %s attempt %d, want abandoned attempt 1", entries[0].Outcome, entries[0].Attempt)
+		}
+		if entries[1].Outcome != dialect.OutcomeSucceeded || entries[1].Attempt != 2 {
+			t.Errorf("second attempt: outcome %s attempt %d, want succeeded attempt 2", entries[1].Outcome, entries[1].Attempt)
+		}
+		if entries[0].WorkerID == entries[1].WorkerID {
+			t.Errorf("the same worker %s ran both attempts", entries[0].WorkerID)
+		}
+		// The rescue waited for the lease: the second attempt began no sooner
+		// than the lease could have expired after the kill (minus the last
+		// heartbeat's age).
+		if gap := entries[1].StartedAt.Sub(killedAt); gap < 2*time.Second-400*time.Millisecond-time.Second {
+			t.Errorf("second attempt started %s after the kill; the 2s lease was not respected", gap)
+		}
+	})
+}
+
+// TestFenceRejectsZombie: a worker whose lease expired and whose task was taken
+// by another cannot record a result; the new holder's result stands.
+func TestFenceRejectsZombie(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		res, err := db.Client.Enqueue(ctx, "zombie", 1, stages.Task{Kind: "work", Body: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.TaskIDs[0]
+		zombie, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "zombie", Max: 1, Token: 111, Lease: 300 * time.Millisecond})
+		if err != nil || len(zombie) != 1 || zombie[0].ID != id {
+			t.Fatalf("zombie claim = %+v, %v", zombie, err)
+		}
+		if again, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "other", Max: 1, Token: 222, Lease: time.Minute}); err != nil || len(again) != 0 {
+			t.Fatalf("a held task was claimed again: %+v, %v", again, err)
+		}
+		waitFor(t, 10*time.Second, "the zombie's lease to be rescued", func() bool {
+			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
+			return err == nil && n == 1
+		})
+		heir, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "heir", Max: 1, Token: 333, Lease: time.Minute})
+		if err != nil || len(heir) != 1 || heir[0].Attempt != 2 {
+			t.Fatalf("heir claim = %+v, %v", heir, err)
+		}
+		err = db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: id, Token: 111, Outcome: dialect.OutcomeFailed, Error: "zombie says no"})
+		if !errors.Is(err, dialect.ErrLeaseLost) {
+			t.Fatalf("zombie finish: err = %v, want ErrLeaseLost", err)
+		}
+		if held, err := db.D.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "zombie", Lease: time.Minute}); err != nil || len(held) != 0 {
+			t.Fatalf("zombie still extends %v (%v)", held, err)
+		}
+		if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: id, Token: 333, Outcome: dialect.OutcomeSucceeded}); err != nil {
+			t.Fatalf("heir finish: %v", err)
+		}
+		entries := db.logs(t, dialect.LogFilter{TaskID: id})
+		if len(entries) != 2 || entries[0].Outcome != dialect.OutcomeAbandoned || entries[1].Outcome != dialect.OutcomeSucceeded {
+			t.Fatalf("logs = %+v, want abandoned then succeeded", entries)
+		}
+		if entries[0].Error == "zombie says no" {
+			t.Error("the zombie's result overwrote the log of its abandoned attempt")
+		}
+	})
+}
+
+// TestAtomicSQLTask: an atomic task's body and completion commit together, so
+// its effect happens exactly once even when the worker dies mid-run.
+func TestAtomicSQLTask(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		db.exec(t, "CREATE TABLE conf_effects (n INT NOT NULL)")
+		body := "INSERT INTO conf_effects (n) VALUES (1); " + db.sleepSQL(1.5)
+		atomic := true
+		res, err := db.Client.Enqueue(ctx, "atomic", 1, stages.Task{Body: body, Atomic: &atomic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.TaskIDs[0]
+		victim := spawnWorker(t, db, "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "50ms")
+		waitFor(t, 20*time.Second, "the victim to start the task", func() bool {
+			return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
+		})
+		time.Sleep(300 * time.Millisecond) // inside the body: the insert ran, the sleep runs
+		victim.kill()
+
+		startWorkers(t, db, 1, fastConfig(), nil)
+		waitFor(t, 30*time.Second, "the task to succeed after rescue", func() bool {
+			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
+		})
+		if n := db.count(t, "SELECT count(*) FROM conf_effects"); n != 1 {
+			t.Errorf("the atomic body's effect happened %d times, want exactly 1", n)
+		}
+		if n := len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeAbandoned})); n != 1 {
+			t.Errorf("%d abandoned attempts logged, want 1", n)
+		}
+	})
+}
+
+// TestAtomicPoisonTask: an atomic task whose body always fails still uses up its
+// attempts (they are counted outside the body's transaction) and ends failed.
+func TestAtomicPoisonTask(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		atomic := true
+		res, err := db.Client.Enqueue(ctx, "poison", 1, stages.Task{Body: "SELECT * FROM no_such_table", Atomic: &atomic, MaxAttempts: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		startWorkers(t, db, 1, fastConfig(), nil)
+		waitFor(t, 30*time.Second, "the task to fail for good", func() bool {
+			tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "poison", State: dialect.StateFailed})
+			return err == nil && len(tasks) == 1
+		})
+		entries := db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})
+		if len(entries) != 2 || countOutcome(entries, dialect.OutcomeFailed) != 2 {
+			t.Fatalf("logs = %+v, want two failed attempts", entries)
+		}
+		if entries[1].RetryAt != nil {
+			t.Error("the last attempt says another follows")
+		}
+	})
+}

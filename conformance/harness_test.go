@@ -1,0 +1,389 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+// binDir holds the command binaries built for process-level tests.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stageq-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := exec.Command("go", "build", "-o", dir, "../cmd/worker", "../cmd/enqueue", "../cmd/queuectl")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance: build commands:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testDB is one test's own queue database.
+type testDB struct {
+	Dialect string
+	DSN     string
+	Client  *queue.Client
+	D       dialect.Dialect
+}
+
+// defaultPostgres is the machine's PostgreSQL (trust auth on loopback).
+const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// forEachDialect runs fn once per available dialect, each with a fresh, migrated
+// database. PostgreSQL must be reachable: a missing server fails the run rather
+// than skipping it silently. SQL Server runs when STAGEQ_SQLSERVER_DSN is set.
+func forEachDialect(t *testing.T, fn func(t *testing.T, db *testDB)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		fn(t, newTestDB(t, "sqlite://"+filepath.Join(t.TempDir(), "queue.db")))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		fn(t, newTestDB(t, newPostgresDB(t)))
+	})
+	t.Run("sqlserver", func(t *testing.T) {
+		base := os.Getenv("STAGEQ_SQLSERVER_DSN")
+		if base == "" {
+			t.Skip("STAGEQ_SQLSERVER_DSN is not set: SQL Server conformance not run")
+		}
+		t.Parallel()
+		fn(t, newTestDB(t, newSQLServerDB(t, base)))
+	})
+}
+
+func newTestDB(t *testing.T, dsn string) *testDB {
+	t.Helper()
+	ctx := context.Background()
+	c, err := queue.Open(ctx, dsn, queue.Config{Migrate: true})
+	if err != nil {
+		t.Fatalf("open %s: %v", dialect.Redact(dsn), err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &testDB{Dialect: c.Dialect().Name(), DSN: dsn, Client: c, D: c.Dialect()}
+}
+
+func postgresBase() string {
+	if v := os.Getenv("STAGEQ_POSTGRES_DSN"); v != "" {
+		return v
+	}
+	return defaultPostgres
+}
+
+// newPostgresDB creates a database for one test and drops it afterwards.
+func newPostgresDB(t *testing.T) string {
+	t.Helper()
+	base := postgresBase()
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		t.Fatalf("PostgreSQL is not reachable at %s (set STAGEQ_POSTGRES_DSN, or start it: "+
+			"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", dialect.Redact(base), err)
+	}
+	name := fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		admin, err := sql.Open("pgx", base)
+		if err != nil {
+			return
+		}
+		defer admin.Close()
+		admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("STAGEQ_POSTGRES_DSN: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// newSQLServerDB creates a database for one test on the server of base and drops
+// it afterwards.
+func newSQLServerDB(t *testing.T, base string) string {
+	t.Helper()
+	admin, err := sql.Open("sqlserver", base)
+	if err != nil {
+		t.Fatalf("sqlserver: %v", err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := admin.PingContext(ctx); err != nil {
+		t.Fatalf("SQL Server is not reachable at %s: %v", dialect.Redact(base), err)
+	}
+	name := fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		admin, err := sql.Open("sqlserver", base)
+		if err != nil {
+			return
+		}
+		defer admin.Close()
+		admin.Exec("ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name)
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("STAGEQ_SQLSERVER_DSN: %v", err)
+	}
+	q := u.Query()
+	q.Set("database", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// sleepSQL is a task body that takes secs seconds in the dialect's own words.
+func (db *testDB) sleepSQL(secs float64) string {
+	switch db.Dialect {
+	case "postgres":
+		return fmt.Sprintf("SELECT pg_sleep(%g)", secs)
+	case "sqlserver":
+		d := time.Duration(secs * float64(time.Second))
+		return fmt.Sprintf("WAITFOR DELAY '%02d:%02d:%02d.%03d'", int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60, d.Milliseconds()%1000)
+	default:
+		return fmt.Sprintf("SELECT sleep(%g)", secs)
+	}
+}
+
+// exec runs SQL on the test database (test fixtures only).
+func (db *testDB) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	if _, err := db.D.DB().ExecContext(context.Background(), query, args...); err != nil {
+		t.Fatalf("exec %q: %v", query, err)
+	}
+}
+
+func (db *testDB) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.D.DB().QueryRowContext(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("query %q: %v", query, err)
+	}
+	return n
+}
+
+// fastConfig is a worker configuration with short leases and backoff, so crash
+// and retry tests finish in seconds.
+func fastConfig() queue.WorkerConfig {
+	return queue.WorkerConfig{
+		Concurrency: 1,
+		Lease:       2 * time.Second,
+		Heartbeat:   300 * time.Millisecond,
+		PollMin:     10 * time.Millisecond,
+		PollMax:     100 * time.Millisecond,
+		RetryBase:   100 * time.Millisecond,
+		RetryMax:    time.Second,
+		Logger:      zerolog.Nop(),
+	}
+}
+
+// workerPool runs in-process workers until stopped.
+type workerPool struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+// startWorkers starts n in-process workers; setup registers handlers on each.
+func startWorkers(t *testing.T, db *testDB, n int, cfg queue.WorkerConfig, setup func(*queue.Worker)) *workerPool {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &workerPool{cancel: cancel, errs: make(chan error, n)}
+	for i := range n {
+		c := cfg
+		c.ID = fmt.Sprintf("%s-w%d-%04x", t.Name(), i, rand.IntN(1<<16))
+		w, err := queue.NewWorker(db.Client, c)
+		if err != nil {
+			t.Fatalf("new worker: %v", err)
+		}
+		if setup != nil {
+			setup(w)
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if err := w.Run(ctx); err != nil {
+				p.errs <- err
+			}
+		}()
+	}
+	t.Cleanup(p.stop)
+	return p
+}
+
+// stop ends the workers and waits for them.
+func (p *workerPool) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// workerProcess is a worker binary running as a separate OS process.
+type workerProcess struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+// spawnWorker starts the worker binary against db with extra flags.
+func spawnWorker(t *testing.T, db *testDB, args ...string) *workerProcess {
+	t.Helper()
+	all := append([]string{"--dsn", db.DSN, "--log-format", "json", "--log-level", "debug"}, args...)
+	cmd := exec.Command(filepath.Join(binDir, "worker"), all...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &syncWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	p := &workerProcess{cmd: cmd, stderr: &stderr, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("worker %d stderr:\n%s", cmd.Process.Pid, p.output())
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *workerProcess) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *workerProcess) output() string {
+	if sw, ok := p.cmd.Stderr.(*syncWriter); ok {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+	}
+	return p.stderr.String()
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// runCLI runs one of the built commands and returns its exit code and output.
+func runCLI(t *testing.T, name string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String(), errb.String()
+	}
+	if err != nil {
+		t.Fatalf("run %s: %v", name, err)
+	}
+	return 0, out.String(), errb.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logs reads the whole Logs trail of the test database.
+func (db *testDB) logs(t *testing.T, f dialect.LogFilter) []dialect.LogEntry {
+	t.Helper()
+	entries, err := db.Client.Logs(context.Background(), f)
+	if err != nil {
+		t.Fatalf("read logs: %v", err)
+	}
+	return entries
+}
+
+// runs turns Logs rows into the barrier checker's input.
+func runs(entries []dialect.LogEntry) []stages.Run {
+	out := make([]stages.Run, len(entries))
+	for i, e := range entries {
+		out[i] = stages.Run{TaskID: e.TaskID, Process: e.Process, Order: e.Order, Start: e.StartedAt,
+			End: e.EndedAt, Final: e.Outcome == dialect.OutcomeSucceeded}
+	}
+	return out
+}
+
+// countOutcome counts Logs rows with an outcome.
+func countOutcome(entries []dialect.LogEntry, o dialect.Outcome) int {
+	n := 0
+	for _, e := range entries {
+		if e.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// plan builds a plan of one process: stages maps order to task bodies.
+func plan(process string, kind string, orders []int, bodies func(order, i int) string, perStage int) stages.Plan {
+	p := stages.Plan{Process: process, Defaults: stages.TaskDefaults{Kind: kind}}
+	for _, o := range orders {
+		o := o
+		s := stages.Stage{Order: &o}
+		for i := range perStage {
+			s.Tasks = append(s.Tasks, stages.Task{Body: bodies(o, i)})
+		}
+		p.Stages = append(p.Stages, s)
+	}
+	return p
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
