@@ -1,0 +1,109 @@
+package stages
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseYAMLPlan(t *testing.T) {
+	src := `
+process: nightly
+defaults:
+  max_attempts: 5
+  kind: etl
+stages:
+  - order: 200
+    tasks:
+      - body: load
+        atomic: true
+  - order: 100
+    tasks:
+      - body: a
+      - body: b
+        max_attempts: 1
+        kind: sql
+        delay: 90s
+`
+	p, err := Parse(strings.NewReader(src), "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := p.Resolve()
+	if sp.Process != "nightly" || len(sp.Tasks) != 3 {
+		t.Fatalf("resolved %+v", sp)
+	}
+	load, a, b := sp.Tasks[0], sp.Tasks[1], sp.Tasks[2]
+	if load.Order != 200 || !load.Atomic || load.Kind != "etl" || load.MaxAttempts != 5 {
+		t.Errorf("load = %+v", load)
+	}
+	if a.Order != 100 || a.Atomic || a.MaxAttempts != 5 {
+		t.Errorf("a = %+v", a)
+	}
+	if b.Kind != "sql" || b.MaxAttempts != 1 || b.Delay != 90*time.Second {
+		t.Errorf("b = %+v", b)
+	}
+}
+
+func TestParseJSONPlanDefaults(t *testing.T) {
+	p, err := Parse(strings.NewReader(`{"stages":[{"order":0,"tasks":[{"body":"SELECT 1"}]}]}`), "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := p.Resolve()
+	if sp.Process != "default" || sp.Tasks[0].Kind != DefaultKind || sp.Tasks[0].MaxAttempts != DefaultMaxAttempts {
+		t.Errorf("resolved %+v", sp)
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	for name, src := range map[string]string{
+		"unknown field":  `{"stages":[{"order":1,"tasks":[{"body":"x","retries":3}]}]}`,
+		"no stages":      `{"process":"p"}`,
+		"order missing":  `{"stages":[{"tasks":[{"body":"x"}]}]}`,
+		"negative order": `{"stages":[{"order":-1,"tasks":[{"body":"x"}]}]}`,
+		"fractional":     `{"stages":[{"order":1.5,"tasks":[{"body":"x"}]}]}`,
+		"order as text":  `{"stages":[{"order":"ten","tasks":[{"body":"x"}]}]}`,
+		"empty stage":    `{"stages":[{"order":1,"tasks":[]}]}`,
+		"blank body":     `{"stages":[{"order":1,"tasks":[{"body":"  "}]}]}`,
+		"bad delay":      `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"soon"}]}]}`,
+		"neg delay":      `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"-1s"}]}]}`,
+		"long process":   `{"process":"` + strings.Repeat("p", 201) + `","stages":[{"order":1,"tasks":[{"body":"x"}]}]}`,
+		"trailing data":  `{"stages":[{"order":1,"tasks":[{"body":"x"}]}]} {}`,
+	} {
+		if _, err := Parse(strings.NewReader(src), "json"); !errors.Is(err, ErrInvalidPlan) {
+			t.Errorf("%s: err = %v, want ErrInvalidPlan", name, err)
+		}
+	}
+}
+
+func TestCheckOrder(t *testing.T) {
+	at := func(s float64) time.Time { return time.Unix(0, 0).Add(time.Duration(s * float64(time.Second))) }
+	end := func(s float64) *time.Time { e := at(s); return &e }
+	good := []Run{
+		{TaskID: 1, Process: "p", Order: 1, Start: at(0), End: end(1), Final: true},
+		{TaskID: 2, Process: "p", Order: 1, Start: at(0), End: end(2), Final: true},
+		{TaskID: 3, Process: "p", Order: 2, Start: at(2), End: end(3), Final: true},
+		{TaskID: 4, Process: "q", Order: 9, Start: at(0.5), End: end(1), Final: true},
+	}
+	if v := CheckOrder(good); len(v) != 0 {
+		t.Errorf("violations in a good history: %v", v)
+	}
+	bad := append(good, Run{TaskID: 5, Process: "p", Order: 3, Start: at(2.5), End: end(4), Final: true})
+	if v := CheckOrder(bad); len(v) != 1 || v[0].Started.TaskID != 5 || v[0].Blocker.TaskID != 3 {
+		t.Errorf("violations = %v, want task 5 blocked by task 3", v)
+	}
+	// A failed attempt does not finish its task.
+	retried := []Run{
+		{TaskID: 1, Process: "p", Order: 1, Start: at(0), End: end(1)},
+		{TaskID: 2, Process: "p", Order: 2, Start: at(1.5), End: end(2), Final: true},
+		{TaskID: 1, Process: "p", Order: 1, Start: at(3), End: end(4), Final: true},
+	}
+	if v := CheckOrder(retried); len(v) != 1 {
+		t.Errorf("a start after a failed lower attempt was not flagged: %v", v)
+	}
+	if got := MaxOverlap(good, func(r Run) bool { return r.Process == "p" }); got != 2 {
+		t.Errorf("MaxOverlap = %d, want 2", got)
+	}
+}
