@@ -197,13 +197,15 @@ func TestLowerOrderArrivesLater(t *testing.T) {
 func TestAtomicSubmission(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		ctx := context.Background()
-		const perStage = 1000
+		const perStage = 500
 		p := plan("big", "work", []int{100, 200, 300}, func(o, i int) string { return "x" }, perStage)
 		total := 3 * perStage
 
 		var claimedEarly atomic.Int64
 		var submitted atomic.Bool
-		startWorkers(t, db, 2, fastConfig(), func(w *queue.Worker) {
+		cfg := fastConfig()
+		cfg.Concurrency = 4
+		startWorkers(t, db, 2, cfg, func(w *queue.Worker) {
 			w.Handle("work", func(ctx context.Context, task *queue.Task) error {
 				if !submitted.Load() {
 					claimedEarly.Add(1)
@@ -212,21 +214,23 @@ func TestAtomicSubmission(t *testing.T) {
 			})
 		})
 
+		// A reader counts the process's tasks while the submission is open: a
+		// read that starts before the commit must see none of the plan.
 		stop := make(chan struct{})
-		seen := make(chan map[int]bool, 1)
+		seen := make(chan []int, 1)
 		go func() {
-			counts := map[int]bool{}
+			var before []int
+			defer func() { seen <- before }()
 			for {
 				select {
 				case <-stop:
-					seen <- counts
 					return
-				default:
+				case <-time.After(2 * time.Millisecond):
 				}
-				n := len(db.logs(t, dialect.LogFilter{Process: "big"}))
+				open := !submitted.Load()
 				tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "big"})
-				if err == nil && n == 0 {
-					counts[len(tasks)] = true
+				if err == nil && open {
+					before = append(before, len(tasks))
 				}
 			}
 		}()
@@ -243,15 +247,20 @@ func TestAtomicSubmission(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
+		close(stop)
+		before := <-seen
+		if len(before) < 10 {
+			t.Errorf("the reader looked only %d times while the submission was open", len(before))
+		}
+		for _, n := range before {
+			if n != 0 {
+				t.Errorf("a reader saw %d of %d tasks of an uncommitted plan", n, total)
+				break
+			}
+		}
 		waitFor(t, 2*time.Minute, "the plan to drain", func() bool {
 			return len(db.logs(t, dialect.LogFilter{Process: "big", Outcome: dialect.OutcomeSucceeded})) == total
 		})
-		close(stop)
-		for n := range <-seen {
-			if n != 0 && n != total {
-				t.Errorf("a reader saw %d of %d tasks of an uncommitted plan", n, total)
-			}
-		}
 		if c := claimedEarly.Load(); c > 0 {
 			t.Errorf("%d tasks were claimed before the submission committed", c)
 		}
