@@ -30,11 +30,14 @@ func TestNoDoubleClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// Leases long enough that a slow database (SQLite under -race) never
+		// lets one lapse: this test is about claims, not rescue.
 		cfg := fastConfig()
 		cfg.Concurrency = 2
+		cfg.Lease, cfg.Heartbeat = 20*time.Second, time.Second
 		startWorkers(t, db, 4, cfg, nil)
 		for range 4 {
-			spawnWorker(t, db, "--concurrency", "2", "--lease", "5s", "--poll-max", "100ms")
+			spawnWorker(t, db, "--concurrency", "2", "--lease", "20s", "--poll-max", "100ms")
 		}
 		waitFor(t, 3*time.Minute, "all tasks to run", func() bool {
 			return db.count(t, "SELECT count(*) FROM conf_runs") >= n && len(db.logs(t, dialect.LogFilter{Outcome: dialect.OutcomeSucceeded})) >= n

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,6 +154,46 @@ func TestAtomicPoisonTask(t *testing.T) {
 		}
 		if entries[1].RetryAt != nil {
 			t.Error("the last attempt says another follows")
+		}
+	})
+}
+
+// TestSIGTERMReleases: a worker process sent SIGTERM stops claiming, waits
+// --shutdown-grace for its running task, then releases it and exits 0; another
+// worker takes the task at once (no lease to wait for).
+func TestSIGTERMReleases(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		res, err := db.Client.Enqueue(ctx, "term", 1, stages.Task{Body: db.endlessSQL(), MaxAttempts: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.TaskIDs[0]
+		w := spawnWorker(t, db, "--lease", "60s", "--shutdown-grace", "300ms", "--poll-max", "50ms")
+		waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
+			return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
+		})
+		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w.done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the worker did not exit after SIGTERM")
+		}
+		if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("worker exited %d after SIGTERM, want 0\n%s", code, w.output())
+		}
+		entries := db.logs(t, dialect.LogFilter{TaskID: id})
+		if len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
+			t.Fatalf("logs = %+v, want one released attempt", entries)
+		}
+		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "term"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tasks) != 1 || tasks[0].State != dialect.StateAvailable || tasks[0].Attempt != 0 {
+			t.Fatalf("task after release = %+v, want available with its attempt given back", tasks)
 		}
 	})
 }

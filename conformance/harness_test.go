@@ -180,6 +180,16 @@ func (db *testDB) sleepSQL(secs float64) string {
 	}
 }
 
+// endlessSQL is a task body that runs until it is cancelled. SQLite's sleep()
+// cannot be interrupted, so there it is a query that counts forever, which the
+// driver's sqlite3_interrupt stops.
+func (db *testDB) endlessSQL() string {
+	if db.Dialect == "sqlite" {
+		return "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
+	}
+	return db.sleepSQL(3600)
+}
+
 // exec runs SQL on the test database (test fixtures only).
 func (db *testDB) exec(t *testing.T, query string, args ...any) {
 	t.Helper()

@@ -47,7 +47,9 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 // beat records the heartbeat and extends leases; tasks the database no longer
 // gives this worker are cancelled.
 func (w *Worker) beat(ctx context.Context) bool {
-	bctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
+	// A busy database may answer slowly; the beat is only too late once the
+	// leases it extends could have expired.
+	bctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/2)
 	defer cancel()
 	if err := w.d.WorkerHeartbeat(bctx, w.cfg.ID); err != nil {
 		if ctx.Err() == nil {
