@@ -76,6 +76,9 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 			finished, err = false, panicError(r)
 		}
 	}()
+	if t.Kind == KindExec {
+		return false, w.executeCommand(ctx, t.Body)
+	}
 	if t.Kind != KindSQL {
 		h, ok := w.handlers[t.Kind]
 		if !ok {

@@ -41,6 +41,9 @@ type WorkerConfig struct {
 	// RetryBase and RetryMax shape the backoff between failed attempts
 	// (defaults 1s and 10m).
 	RetryBase, RetryMax time.Duration
+	// AllowExec lists the programs that tasks of kind "exec" may run (names found
+	// on PATH, or absolute paths). Empty, the default, runs no command at all.
+	AllowExec []string
 	// TargetDB runs SQL bodies; nil runs them on the queue database. Atomic tasks
 	// always need the queue database and fail on a worker with a target.
 	TargetDB *sql.DB
@@ -144,7 +147,7 @@ func (w *Worker) Handle(kind string, h Handler) error {
 	switch {
 	case w.started.Load():
 		return errors.New("worker: Handle after Run")
-	case kind == "" || kind == KindSQL:
+	case kind == "" || kind == KindSQL || kind == KindExec:
 		return fmt.Errorf("worker: kind %q is reserved or empty", kind)
 	case h == nil:
 		return fmt.Errorf("worker: nil handler for kind %q", kind)

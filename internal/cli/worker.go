@@ -70,6 +70,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.DurationVar(&cfg.RetryMax, "retry-max", 10*time.Minute, "longest backoff between attempts")
 	f.StringVar(&targetDSN, "target-dsn", "", "run SQL bodies on this database instead of the queue's")
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations before starting")
+	f.StringSliceVar(&cfg.AllowExec, "allow-exec", nil, "programs that tasks of kind exec may run (comma-separated names on PATH or absolute paths); none by default")
 	logs.add(cmd)
 	return cmd
 }

@@ -1,0 +1,87 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// KindExec is the kind of tasks whose body is an operating-system command. A
+// worker runs them only for programs on its allow-list (WorkerConfig.AllowExec,
+// `worker --allow-exec`); everywhere else they fail without running anything.
+//
+// The body is a JSON array of arguments (["pg_dump", "-Fc", "sales"]) or words
+// separated by spaces. No shell is involved, so no quoting, globbing or
+// redirection: a body can never run more than the one program it names.
+const KindExec = "exec"
+
+// maxExecOutput is how much of a failed command's output reaches Logs.error.
+const maxExecOutput = 4 << 10
+
+// errExecNotAllowed fails a command task on a worker that may not run it.
+var errExecNotAllowed = errors.New("not on this worker's --allow-exec list")
+
+// execArgs splits an exec task's body into the program and its arguments.
+func execArgs(body string) ([]string, error) {
+	body = strings.TrimSpace(body)
+	var args []string
+	if strings.HasPrefix(body, "[") {
+		if err := json.Unmarshal([]byte(body), &args); err != nil {
+			return nil, fmt.Errorf("exec body: not a JSON array of strings: %w", err)
+		}
+	} else {
+		args = strings.Fields(body)
+	}
+	if len(args) == 0 || args[0] == "" {
+		return nil, errors.New("exec body names no program")
+	}
+	return args, nil
+}
+
+// allowed reports whether program may run: it must match an allow-list entry
+// by name (resolved through PATH) or by absolute path.
+func allowed(allow []string, program string) (string, bool) {
+	path, err := exec.LookPath(program)
+	if err != nil {
+		return "", false
+	}
+	for _, a := range allow {
+		if a == program && !strings.ContainsRune(a, filepath.Separator) {
+			return path, true
+		}
+		if filepath.IsAbs(a) {
+			if abs, err := filepath.Abs(path); err == nil && abs == filepath.Clean(a) {
+				return path, true
+			}
+		}
+	}
+	return "", false
+}
+
+// executeCommand runs an exec task. Cancelling ctx kills the process.
+func (w *Worker) executeCommand(ctx context.Context, body string) error {
+	args, err := execArgs(body)
+	if err != nil {
+		return NoRetry(err)
+	}
+	path, ok := allowed(w.cfg.AllowExec, args[0])
+	if !ok {
+		return NoRetry(fmt.Errorf("command %q: %w", args[0], errExecNotAllowed))
+	}
+	cmd := exec.CommandContext(ctx, path, args[1:]...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		text := out.String()
+		if len(text) > maxExecOutput {
+			text = "…" + text[len(text)-maxExecOutput:]
+		}
+		return fmt.Errorf("command %s: %w: %s", args[0], err, strings.TrimSpace(text))
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package queue_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+// runExecTasks enqueues exec bodies, runs one worker with the allow-list until
+// idle, and returns the Logs.
+func runExecTasks(t *testing.T, allow []string, bodies ...string) []dialect.LogEntry {
+	t.Helper()
+	ctx := context.Background()
+	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, b := range bodies {
+		if _, err := c.Enqueue(ctx, "", 1, stages.Task{Kind: queue.KindExec, Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := queue.NewWorker(c, queue.WorkerConfig{AllowExec: allow, ExitWhenIdle: 300 * time.Millisecond,
+		PollMin: 10 * time.Millisecond, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := c.Logs(ctx, dialect.LogFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logs
+}
+
+func TestExecIsOffWithoutAllowList(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	logs := runExecTasks(t, nil, `["touch", "`+marker+`"]`)
+	if len(logs) != 1 || logs[0].Outcome != dialect.OutcomeFailed || !strings.Contains(logs[0].Error, "allow-exec") || logs[0].RetryAt != nil {
+		t.Fatalf("logs = %+v, want one final failure naming --allow-exec", logs)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran although no program was allowed")
+	}
+}
+
+func TestExecRunsAllowedProgramWithoutShell(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	logs := runExecTasks(t, []string{"touch"},
+		"touch "+a+";rm "+a,        // no shell: ";rm" is part of an argument, not a command
+		`["rm", "-rf", "`+dir+`"]`, // rm is not allowed
+		`["false"]`,                // not allowed either
+		"touch "+b)
+	byBody := map[string]dialect.LogEntry{}
+	for _, l := range logs {
+		byBody[l.Body] = l
+	}
+	if _, err := os.Stat(a + ";rm"); err != nil {
+		t.Errorf("touch with a ';' in its argument: %v (logs %+v)", err, logs)
+	}
+	if _, err := os.Stat(b); err != nil {
+		t.Errorf("allowed touch did not run: %v", err)
+	}
+	if l := byBody[`["rm", "-rf", "`+dir+`"]`]; l.Outcome != dialect.OutcomeFailed || !strings.Contains(l.Error, `"rm"`) {
+		t.Errorf("rm: %+v", l)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Error("the disallowed rm ran")
+	}
+}
