@@ -18,6 +18,7 @@ type Querier interface {
 // Dialect is everything the core asks of a database. Implementations must be safe
 // for concurrent use.
 type Dialect interface {
+	Scheduler // recurring schedules and exclusive leases (schedule.go)
 	// Name is the dialect's name: "postgres", "sqlite" or "sqlserver". It also
 	// names the migrations folder.
 	Name() string
@@ -113,12 +114,17 @@ type NewTask struct {
 	// RunAt, when set, is the earliest start; otherwise Delay after the database's now.
 	RunAt *time.Time
 	Delay time.Duration
+	// LimitKey names the cluster-wide concurrency limit the task counts against
+	// ("" for none); see Operator.LimitSet.
+	LimitKey string
 }
 
 // SubmitParams is a submission of tasks to one process.
 type SubmitParams struct {
 	Process string
 	Tasks   []NewTask
+	// Settings, when set, changes the process's scheduling (Operator.ProcessConfigure).
+	Settings *ProcessSettings
 }
 
 // SubmitResult names what a submission created.

@@ -17,6 +17,7 @@ type taskJSON struct {
 	Atomic      bool       `json:"atomic"`
 	RunAt       *time.Time `json:"run_at,omitempty"`
 	DelayMS     int64      `json:"delay_ms"`
+	LimitKey    string     `json:"limit_key,omitempty"`
 }
 
 // TasksJSON encodes tasks for a submit routine.
@@ -30,7 +31,7 @@ func TasksJSON(tasks []NewTask) ([]byte, error) {
 		}
 		out[i] = taskJSON{
 			Order: t.Order, Kind: t.Kind, Body: t.Body, MaxAttempts: t.MaxAttempts,
-			Priority: t.Priority, Atomic: t.Atomic, RunAt: at, DelayMS: t.Delay.Milliseconds(),
+			Priority: t.Priority, Atomic: t.Atomic, RunAt: at, DelayMS: t.Delay.Milliseconds(), LimitKey: t.LimitKey,
 		}
 	}
 	return json.Marshal(out)

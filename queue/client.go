@@ -113,6 +113,15 @@ func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, p stages.Plan) (Resul
 	if err != nil {
 		return Result{}, fmt.Errorf("submit to process %q: %w", params.Process, err)
 	}
+	if params.Settings != nil { // the plan's priority / weight / max_parallel
+		op, err := dialect.AsOperator(c.d)
+		if err != nil {
+			return Result{}, fmt.Errorf("submit to process %q: %w", params.Process, err)
+		}
+		if err := op.ProcessConfigure(ctx, tx, params.Process, *params.Settings); err != nil {
+			return Result{}, fmt.Errorf("submit to process %q: %w", params.Process, err)
+		}
+	}
 	c.log.Debug().Str("process", params.Process).Int("tasks", len(sr.TaskIDs)).Msg("submitted")
 	return Result{ProcessID: sr.ProcessID, Process: params.Process, TaskIDs: sr.TaskIDs}, nil
 }

@@ -51,6 +51,12 @@ type WorkerConfig struct {
 	Logger zerolog.Logger
 	// Version is recorded in the Workers table.
 	Version string
+
+	// NoScheduler turns off this worker's scheduler loop (scheduler.go).
+	NoScheduler bool
+	// Clock is the worker's clock for the scheduler's sleeps (default time.Now);
+	// tests inject skewed ones. What is due is always the database's decision.
+	Clock func() time.Time
 }
 
 func (c *WorkerConfig) setDefaults() error {
@@ -193,6 +199,11 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 			}()
 		}
+	}
+
+	if !w.cfg.NoScheduler { // recurring schedules (scheduler.go)
+		bg.Add(1)
+		go func() { defer bg.Done(); w.schedulerLoop(ctx, bgCtx) }()
 	}
 
 	var tasks sync.WaitGroup

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // Defaults for a task's fields left out of a plan or a command line.
@@ -34,19 +36,32 @@ const (
 //	      - body: CALL etl.extract_orders()
 //	        atomic: true
 //	  - order: 200
+//	    limit: erp-api           # optional; every task of the stage counts against it
 //	    tasks:
 //	      - body: CALL etl.load()
 //	        max_attempts: 1
 //	        delay: 30s
+//
+// A plan may also set its process's scheduling (kept until changed):
+//
+//	priority: 10       # served before runnable processes of a lower priority
+//	weight: 3          # three claims to a weight-1 process's one (1..1000)
+//	max_parallel: 4    # at most 4 of its tasks run at once (0: no cap)
 type Plan struct {
 	Process  string       `json:"process,omitempty" yaml:"process,omitempty"`
 	Defaults TaskDefaults `json:"defaults,omitempty" yaml:"defaults,omitempty"`
 	Stages   []Stage      `json:"stages" yaml:"stages"`
+
+	// Priority, Weight and MaxParallel change the process's scheduling when set.
+	Priority    *int `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Weight      *int `json:"weight,omitempty" yaml:"weight,omitempty"`
+	MaxParallel *int `json:"max_parallel,omitempty" yaml:"max_parallel,omitempty"`
 }
 
 // Stage is the tasks of one ExecutionOrder.
 type Stage struct {
 	Order *int   `json:"order" yaml:"order"`
+	Limit string `json:"limit,omitempty" yaml:"limit,omitempty"`
 	Tasks []Task `json:"tasks" yaml:"tasks"`
 }
 
@@ -56,6 +71,7 @@ type TaskDefaults struct {
 	MaxAttempts int    `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
 	Priority    int    `json:"priority,omitempty" yaml:"priority,omitempty"`
 	Atomic      bool   `json:"atomic,omitempty" yaml:"atomic,omitempty"`
+	Limit       string `json:"limit,omitempty" yaml:"limit,omitempty"`
 }
 
 // Task is one unit of work. Body is SQL text when Kind is "sql" (the default), or
@@ -68,6 +84,8 @@ type Task struct {
 	Atomic      *bool     `json:"atomic,omitempty" yaml:"atomic,omitempty"`
 	Delay       Duration  `json:"delay,omitempty" yaml:"delay,omitempty"`
 	RunAt       time.Time `json:"run_at,omitempty" yaml:"run_at,omitempty"`
+	// Limit names the cluster-wide concurrency limit the task counts against.
+	Limit string `json:"limit,omitempty" yaml:"limit,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "5m" or "1h30m" in plan files.
@@ -141,6 +159,14 @@ func (p Plan) Validate() error {
 	if p.Defaults.MaxAttempts < 0 {
 		return fmt.Errorf("%w: defaults.max_attempts must be >= 1, got %d", ErrInvalidPlan, p.Defaults.MaxAttempts)
 	}
+	if err := p.Settings().Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidPlan, bare(err))
+	}
+	if p.Defaults.Limit != "" {
+		if err := dialect.ValidateLimitKey(p.Defaults.Limit); err != nil {
+			return fmt.Errorf("%w: defaults.limit: %v", ErrInvalidPlan, bare(err))
+		}
+	}
 	if len(p.Stages) == 0 {
 		return fmt.Errorf("%w: a plan needs at least one stage", ErrInvalidPlan)
 	}
@@ -157,6 +183,11 @@ func (p Plan) Validate() error {
 			return fmt.Errorf("%w: %s: order %d appears twice; put its tasks in one stage", ErrInvalidPlan, where, *s.Order)
 		}
 		seen[*s.Order] = true
+		if s.Limit != "" {
+			if err := dialect.ValidateLimitKey(s.Limit); err != nil {
+				return fmt.Errorf("%w: %s.limit: %v", ErrInvalidPlan, where, bare(err))
+			}
+		}
 		if len(s.Tasks) == 0 {
 			return fmt.Errorf("%w: %s (order %d) has no tasks", ErrInvalidPlan, where, *s.Order)
 		}
@@ -182,7 +213,17 @@ func (t Task) validate() error {
 	if len(t.Kind) > MaxNameLength {
 		return fmt.Errorf("kind is longer than %d characters", MaxNameLength)
 	}
+	if t.Limit != "" {
+		if err := dialect.ValidateLimitKey(t.Limit); err != nil {
+			return fmt.Errorf("limit: %v", bare(err))
+		}
+	}
 	return nil
+}
+
+// Settings is the process scheduling the plan sets (nil fields: unchanged).
+func (p Plan) Settings() dialect.ProcessSettings {
+	return dialect.ProcessSettings{Priority: p.Priority, Weight: p.Weight, MaxParallel: p.MaxParallel}
 }
 
 // ValidateName checks a process name.
@@ -211,4 +252,10 @@ func (p Plan) TaskCount() int {
 		n += len(s.Tasks)
 	}
 	return n
+}
+
+// bare is a dialect validation message without its sentinel's prefix, to be
+// wrapped in ErrInvalidPlan instead.
+func bare(err error) string {
+	return strings.TrimPrefix(err.Error(), dialect.ErrInvalid.Error()+": ")
 }

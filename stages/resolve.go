@@ -10,9 +10,15 @@ import (
 // plan's defaults and stageq's.
 func (p Plan) Resolve() dialect.SubmitParams {
 	out := dialect.SubmitParams{Process: p.ProcessName()}
+	if p.Priority != nil || p.Weight != nil || p.MaxParallel != nil {
+		st := p.Settings()
+		out.Settings = &st
+	}
 	for _, s := range p.Stages {
 		for _, t := range s.Tasks {
-			out.Tasks = append(out.Tasks, p.resolveTask(*s.Order, t))
+			nt := p.resolveTask(*s.Order, t)
+			nt.LimitKey = firstNonEmpty(t.Limit, s.Limit, p.Defaults.Limit)
+			out.Tasks = append(out.Tasks, nt)
 		}
 	}
 	return out

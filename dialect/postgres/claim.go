@@ -7,34 +7,29 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// claimSQL leases up to $1 available tasks to worker $2 with token $3 for $4 ms,
-// and opens their Logs rows, in one statement.
+// claimSQL leases up to $1 tasks to worker $2 with token $3 for $4 ms, and opens
+// their Logs rows, in one statement.
 //
-// FOR UPDATE SKIP LOCKED takes row locks as it reads and passes over rows other
-// claims hold, so two workers never get the same task. Only 'available' tasks are
-// candidates and the partial index tasks_claim holds nothing else, so the claim is
-// an index seek however many tasks wait blocked behind a running stage.
+// stageq.claim (migrations/postgres/000003_fairness_limits.up.sql) makes the
+// fairness and limit decisions: each round it seeks the run queue of runnable
+// processes (priority, then stride-scheduling pass), locks the process row with
+// SKIP LOCKED, takes one task of it that the concurrency limits admit (counted
+// from running tasks under the limit row's lock) and advances the process's pass.
+// Only runnable processes are in that index and only available tasks in the
+// per-process task index, so the claim stays a few seeks however many processes
+// are idle and however many tasks wait blocked behind a running stage. It returns
+// whole task rows, so columns added to Tasks reach the Logs insert below.
 const claimSQL = `
-WITH picked AS (
-    SELECT id FROM stageq.tasks
-     WHERE state = 'available' AND run_at <= now()
-     ORDER BY priority DESC, run_at, id
-     LIMIT $1
-       FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE stageq.tasks t
-       SET state = 'running', attempt = t.attempt + 1, worker_id = $2, lease_token = $3,
-           lease_expires_at = now() + $4 * interval '1 millisecond'
-      FROM picked
-     WHERE t.id = picked.id
- RETURNING t.id, t.process_id, t.execution_order, t.kind, t.body, t.attempt, t.max_attempts, t.atomic
+WITH claimed AS (
+    SELECT * FROM stageq.claim($1, $2, $3, $4)
 ), named AS (
     SELECT c.*, p.name AS process_name
       FROM claimed c JOIN stageq.processes p ON p.id = c.process_id
 ), logged AS (
     INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body,
-                             worker_id, attempt, lease_token)
-    SELECT id, process_id, process_name, execution_order, kind, body, $2, attempt, $3 FROM named
+                             worker_id, attempt, lease_token, schedule_name, scheduled_for)
+    SELECT id, process_id, process_name, execution_order, kind, body, $2, attempt, $3,
+           schedule_name, scheduled_for FROM named
 )
 SELECT id, process_id, process_name, execution_order, kind, body, attempt, max_attempts, atomic
   FROM named ORDER BY id`

@@ -49,7 +49,7 @@ func openStage(ctx context.Context, q dialect.Querier, processID int64) error {
 		if _, err := q.ExecContext(ctx, stageDoneSQL, processID); err != nil {
 			return fmt.Errorf("open stage: finish process %d: %w", processID, err)
 		}
-		return nil
+		return refreshProcess(ctx, q, processID) // fairness (limits.go): leaves the run queue
 	}
 	if old.Valid && lowest.Int64 < old.Int64 {
 		if _, err := q.ExecContext(ctx, stageBlockSQL, processID, lowest.Int64); err != nil {
@@ -64,5 +64,5 @@ func openStage(ctx context.Context, q dialect.Querier, processID int64) error {
 	if _, err := q.ExecContext(ctx, stageSetSQL, lowest.Int64, processID, processID); err != nil {
 		return fmt.Errorf("open stage: update process %d: %w", processID, err)
 	}
-	return nil
+	return refreshProcess(ctx, q, processID) // fairness (limits.go): run-queue state
 }

@@ -13,10 +13,11 @@ const (
 	processFindSQL   = `SELECT id, current_order FROM stageq_processes WHERE name = ?`
 	processCreateSQL = `INSERT INTO stageq_processes (name) VALUES (?) RETURNING id`
 	// In: process, order, kind, body, state, priority, max_attempts, atomic,
-	// run_at (NULL: now plus the offset that follows). Out: the new id.
+	// run_at (NULL: now plus the offset that follows), limit key ("": none).
+	// Out: the new id.
 	taskInsertSQL = `
-INSERT INTO stageq_tasks (process_id, execution_order, kind, body, state, priority, max_attempts, atomic, run_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)))
+INSERT INTO stageq_tasks (process_id, execution_order, kind, body, state, priority, max_attempts, atomic, run_at, limit_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)), nullif(?, ''))
 RETURNING id`
 )
 
@@ -55,7 +56,7 @@ func (s *SQLite) Submit(ctx context.Context, q dialect.Querier, sp dialect.Submi
 				runAt = sql.NullString{String: formatTime(*t.RunAt), Valid: true}
 			}
 			if err := q.QueryRowContext(ctx, taskInsertSQL, res.ProcessID, t.Order, t.Kind, t.Body, state,
-				t.Priority, t.MaxAttempts, t.Atomic, runAt, offset(t.Delay)).Scan(&res.TaskIDs[i]); err != nil {
+				t.Priority, t.MaxAttempts, t.Atomic, runAt, offset(t.Delay), t.LimitKey).Scan(&res.TaskIDs[i]); err != nil {
 				return fmt.Errorf("submit: task %d: %w", i+1, mapErr(err))
 			}
 		}

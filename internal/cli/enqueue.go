@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -18,6 +19,8 @@ import (
 func NewEnqueueCommand() *cobra.Command {
 	var (
 		dsn, process, file, kind, runAt string
+		limit                           string // --limit: the task's concurrency limit key
+		wait                            bool   // --wait: follow the process to its end
 		order, maxAttempts, priority    int
 		delay                           time.Duration
 		atomic, asJSON                  bool
@@ -39,7 +42,7 @@ transaction. Prints what it created; --json for scripts.`,
 			case file != "" && len(args) > 0:
 				return usageErrorf("give either a body or --file, not both")
 			case file != "":
-				for _, f := range []string{"order", "kind", "max-attempts", "priority", "delay", "run-at", "atomic"} {
+				for _, f := range []string{"order", "kind", "max-attempts", "priority", "delay", "run-at", "atomic", "limit"} {
 					if cmd.Flags().Changed(f) {
 						return usageErrorf("--%s applies to a single task; set it in the plan file instead", f)
 					}
@@ -62,7 +65,7 @@ transaction. Prints what it created; --json for scripts.`,
 					body = string(b)
 				}
 				t := stages.Task{Kind: kind, Body: body, MaxAttempts: maxAttempts, Priority: priority,
-					Atomic: &atomic, Delay: stages.Duration(delay)}
+					Atomic: &atomic, Delay: stages.Duration(delay), Limit: limit}
 				if cmd.Flags().Changed("max-attempts") && maxAttempts < 1 {
 					return usageErrorf("--max-attempts must be >= 1, got %d", maxAttempts)
 				}
@@ -89,7 +92,17 @@ transaction. Prints what it created; --json for scripts.`,
 			if err != nil {
 				return err
 			}
-			return printResult(cmd.OutOrStdout(), res, asJSON)
+			if err := printResult(cmd.OutOrStdout(), res, asJSON); err != nil {
+				return err
+			}
+			if !wait {
+				return nil
+			}
+			op, err := dialect.AsOperator(c.Dialect()) // status.go: follow to the end
+			if err != nil {
+				return err
+			}
+			return follow(cmd.Context(), op, res.Process, cmd.OutOrStdout(), 500*time.Millisecond, asJSON)
 		},
 	}
 	dsnFlag(cmd, &dsn)
@@ -104,6 +117,8 @@ transaction. Prints what it created; --json for scripts.`,
 	f.StringVar(&runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
 	f.BoolVar(&atomic, "atomic", false, "run the SQL body and the task's completion in one transaction")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&limit, "limit", "", "concurrency limit key the task counts against (see queuectl limit)")
+	f.BoolVar(&wait, "wait", false, "follow the process to its end (progress bars on a terminal); exit 5 if a task fails for good")
 	cmd.MarkFlagsMutuallyExclusive("delay", "run-at")
 	return cmd
 }

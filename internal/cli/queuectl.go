@@ -21,6 +21,10 @@ func NewQueuectlCommand() *cobra.Command {
 	}
 	dsnFlag(root, &dsn)
 	root.AddCommand(newMigrateCommand(&dsn), newLogsCommand(&dsn), newTasksCommand(&dsn))
+	root.AddCommand(newStatusCommand(&dsn), newRetryCommand(&dsn), newDiscardCommand(&dsn), newCancelCommand(&dsn),
+		newPauseCommand(&dsn, true), newPauseCommand(&dsn, false), newLimitCommand(&dsn)) // operate.go, status.go, limit.go
+	root.AddCommand(newScheduleCommand(&dsn)) // schedule.go
+	root.AddCommand(newLeaseCommand(&dsn))    // lease.go
 	return root
 }
 

@@ -71,6 +71,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.StringVar(&targetDSN, "target-dsn", "", "run SQL bodies on this database instead of the queue's")
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations before starting")
 	f.StringSliceVar(&cfg.AllowExec, "allow-exec", nil, "programs that tasks of kind exec may run (comma-separated names on PATH or absolute paths); none by default")
+	schedulerFlags(f, &cfg) // --no-scheduler (schedule.go)
 	logs.add(cmd)
 	return cmd
 }

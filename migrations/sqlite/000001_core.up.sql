@@ -4,7 +4,9 @@
 -- sort and compare as text. golang-migrate wraps this file in a transaction.
 
 CREATE TABLE stageq_processes (
-    id            INTEGER PRIMARY KEY,
+    -- AUTOINCREMENT: ids are never reused, so Logs rows name one process and one task
+    -- for ever, even after they leave their tables (plain rowids would be recycled).
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
     name          TEXT    NOT NULL UNIQUE CHECK (name <> '' AND length(name) <= 200),
     state         TEXT    NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'succeeded', 'failed')),
     -- The lowest ExecutionOrder that still has tasks; NULL when the process has none.
@@ -17,7 +19,7 @@ CREATE TABLE stageq_processes (
 INSERT INTO stageq_processes (name) VALUES ('default');
 
 CREATE TABLE stageq_tasks (
-    id               INTEGER PRIMARY KEY,
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
     process_id       INTEGER NOT NULL REFERENCES stageq_processes (id),
     execution_order  INTEGER NOT NULL CHECK (execution_order >= 0),
     kind             TEXT    NOT NULL DEFAULT 'sql' CHECK (kind <> '' AND length(kind) <= 200),
@@ -41,7 +43,7 @@ CREATE INDEX stageq_tasks_lease ON stageq_tasks (lease_expires_at) WHERE state =
 CREATE INDEX stageq_tasks_worker ON stageq_tasks (worker_id) WHERE state = 'running';
 
 CREATE TABLE stageq_logs (
-    id              INTEGER PRIMARY KEY,
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
     task_id         INTEGER NOT NULL,
     process_id      INTEGER NOT NULL,
     process_name    TEXT    NOT NULL,

@@ -1,0 +1,162 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+func limOperator(t *testing.T, db *testDB) dialect.Operator {
+	t.Helper()
+	op, err := dialect.AsOperator(db.D)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// TestLimitNeverExceededWithCrashes: 20 worker slots in 10 worker processes,
+// limit 3, tasks that take time, three workers SIGKILLed mid-run and replaced.
+// From Logs, at most 3 limited attempts overlap (an abandoned attempt holds its
+// slot until the rescue that ends it), and every task completes.
+func TestLimitNeverExceededWithCrashes(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		op := limOperator(t, db)
+		if err := op.LimitSet(ctx, "erp-api", 3); err != nil {
+			t.Fatal(err)
+		}
+		const n = 30
+		p := plan("erp", "", []int{100}, func(int, int) string { return db.sleepSQL(0.3) }, n)
+		p.Stages[0].Limit = "erp-api"
+		p.Defaults.MaxAttempts = 10
+		if _, err := db.Client.Submit(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		fairSubmit(t, db, "filler", 40, 0.1, nil)
+		args := []string{"--concurrency", "2", "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "100ms"}
+		var workers []*workerProcess
+		for range 10 {
+			workers = append(workers, spawnWorker(t, db, args...))
+		}
+		waitFor(t, time.Minute, "limited tasks to start", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "erp"})) >= 6
+		})
+		for _, w := range workers[:3] {
+			w.kill()
+		}
+		for range 3 {
+			spawnWorker(t, db, args...)
+		}
+		waitFor(t, 3*time.Minute, "every limited task to succeed", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "erp", Outcome: dialect.OutcomeSucceeded})) >= n
+		})
+		entries := db.logs(t, dialect.LogFilter{Process: "erp"})
+		got := stages.MaxOverlap(runs(entries), nil)
+		if got > 3 {
+			t.Errorf("%d limited attempts overlapped, limit is 3", got)
+		}
+		if got < 2 {
+			t.Errorf("at most %d limited attempts overlapped; the test needs contention", got)
+		}
+		t.Logf("max overlap %d; %d attempts, %d abandoned", got, len(entries), countOutcome(entries, dialect.OutcomeAbandoned))
+	})
+}
+
+// limTracker measures how many handler runs overlap, per phase.
+type limTracker struct {
+	mu            sync.Mutex
+	cur, phaseMax int
+	done          int
+}
+
+func (l *limTracker) run(ctx context.Context, _ *queue.Task) error {
+	l.mu.Lock()
+	l.cur++
+	l.phaseMax = max(l.phaseMax, l.cur)
+	l.mu.Unlock()
+	select {
+	case <-time.After(80 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	l.cur--
+	l.done++
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *limTracker) read() (cur, phaseMax, done int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur, l.phaseMax, l.done
+}
+
+func (l *limTracker) newPhase() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.phaseMax = l.cur
+}
+
+// TestLimitChangeMidRun: a limit is a live knob. 3, then 1 (running tasks
+// finish, no new ones above it), then 5, each reflected without a restart.
+// The kind limit (kind:lim) is checked the same way first.
+func TestLimitChangeMidRun(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		op := limOperator(t, db)
+		if err := op.LimitSet(ctx, "kind:lim", 2); err != nil {
+			t.Fatal(err)
+		}
+		p := plan("knob", "lim", []int{100}, func(_, i int) string { return fmt.Sprint(i) }, 80)
+		p.Defaults.Limit = "knob"
+		if _, err := db.Client.Submit(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		tr := &limTracker{}
+		cfg := fastConfig()
+		cfg.Concurrency = 2
+		startWorkers(t, db, 5, cfg, func(w *queue.Worker) { w.Handle("lim", tr.run) })
+		phase := func(limit, tasks int, key string) {
+			t.Helper()
+			if err := op.LimitSet(ctx, key, limit); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, time.Minute, fmt.Sprintf("running to drop to %d", limit), func() bool {
+				cur, _, _ := tr.read()
+				return cur <= limit
+			})
+			tr.newPhase()
+			_, _, start := tr.read()
+			waitFor(t, 2*time.Minute, fmt.Sprintf("%d tasks under limit %d", tasks, limit), func() bool {
+				_, _, done := tr.read()
+				return done >= start+tasks
+			})
+			_, got, _ := tr.read()
+			if got > limit {
+				t.Errorf("limit %s=%d: %d ran at once", key, limit, got)
+			}
+			if got < limit {
+				t.Errorf("limit %s=%d: only %d ran at once; the limit should be reached", key, limit, got)
+			}
+			t.Logf("limit %s=%d: max %d at once", key, limit, got)
+		}
+		phase(2, 8, "kind:lim") // the kind limit binds first
+		if err := op.LimitDelete(ctx, "kind:lim"); err != nil {
+			t.Fatal(err)
+		}
+		phase(3, 12, "knob")
+		phase(1, 6, "knob")
+		phase(5, 20, "knob")
+		l, err := op.LimitGet(ctx, "knob")
+		if err != nil || l.Max != 5 {
+			t.Errorf("limit get: %+v, %v", l, err)
+		}
+	})
+}

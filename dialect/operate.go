@@ -1,0 +1,335 @@
+package dialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrWrongState means the operation does not apply to the task or process in its
+// current state (retrying a running task, discarding one that has not failed);
+// nothing was changed.
+var ErrWrongState = errors.New("not allowed in the current state")
+
+// Operator is what the operator commands (queuectl) ask of a database: process
+// scheduling settings, the run-state of processes and workers, retry / discard /
+// cancel, and concurrency limits.
+//
+// How to implement it:
+//
+//  1. Lock order is the queue's everywhere: the process row first, then limit
+//     rows, then task rows. A task operation reads the task's process id, locks
+//     the process row, then re-reads the task under that lock.
+//  2. Every change that can alter which tasks of a process may run (retry,
+//     discard, cancel, pause, resume, ProcessConfigure) re-derives the process's
+//     stage and run-queue state before committing, as finish and submit do.
+//  3. Unknown names and ids return ErrNotFound; an operation that does not apply
+//     to the current state returns ErrWrongState; bad values return ErrInvalid.
+//     In each case nothing is changed.
+//  4. Limits are counted from running tasks, never from separate counters: a slot
+//     is a task in state 'running' whose limit key (or kind, or process) matches,
+//     so it is released exactly when the task's lease ends (fenced finish, or
+//     rescue after expiry). LimitSet takes effect at the next claim.
+type Operator interface {
+	// ProcessConfigure changes a process's scheduling; nil fields stay as they are.
+	ProcessConfigure(ctx context.Context, q Querier, name string, s ProcessSettings) error
+	// ProcessList reads processes with their per-stage progress; name "" lists
+	// all, and finished processes only when all is true.
+	ProcessList(ctx context.Context, f ProcessFilter) ([]ProcessStatus, error)
+	// ProcessSetPaused pauses (no new claims; running tasks finish) or resumes.
+	ProcessSetPaused(ctx context.Context, name string, paused bool) error
+	// ProcessRetry makes every failed task of a process runnable again with
+	// fresh attempts and returns how many; ErrWrongState when none has failed.
+	ProcessRetry(ctx context.Context, name string) (int, error)
+	// ProcessDiscard removes the failed tasks of a process as finished, so later
+	// stages may run; ErrWrongState when none has failed.
+	ProcessDiscard(ctx context.Context, name string) (int, error)
+	// ProcessCancel removes every task of a process that is not running; running
+	// ones finish their attempt. It returns how many were removed and how many
+	// are still running.
+	ProcessCancel(ctx context.Context, name string) (removed, running int, err error)
+	// TaskRetry makes one failed task runnable again with fresh attempts.
+	TaskRetry(ctx context.Context, id int64) error
+	// TaskDiscard removes one failed task as finished.
+	TaskDiscard(ctx context.Context, id int64) error
+	// TaskCancel removes one task that is not running.
+	TaskCancel(ctx context.Context, id int64) error
+	// WorkerList reads the Workers table, most recent heartbeat first.
+	WorkerList(ctx context.Context) ([]WorkerStatus, error)
+
+	// LimitSet creates or changes a limit: a named key, "kind:KIND", or
+	// "process:NAME" (the process's max_parallel; the process must exist).
+	LimitSet(ctx context.Context, key string, max int) error
+	// LimitGet reads one limit with the slots in use now.
+	LimitGet(ctx context.Context, key string) (LimitInfo, error)
+	// LimitList reads every limit, processes' max_parallel included.
+	LimitList(ctx context.Context) ([]LimitInfo, error)
+	// LimitDelete removes a limit (the key becomes unlimited).
+	LimitDelete(ctx context.Context, key string) error
+}
+
+// AsOperator returns the dialect's Operator, or an error naming the dialect when
+// it has none yet.
+func AsOperator(d Dialect) (Operator, error) {
+	if op, ok := d.(Operator); ok {
+		return op, nil
+	}
+	return nil, fmt.Errorf("the %s dialect does not support operator commands yet", d.Name())
+}
+
+// ProcessSettings are a process's scheduling knobs.
+type ProcessSettings struct {
+	// Priority puts a process ahead: runnable processes of a higher priority are
+	// served before any of a lower one.
+	Priority *int `json:"priority,omitempty"`
+	// Weight is a process's share among runnable processes of its priority:
+	// weight 3 gets three claims to weight 1's one (1..1000, default 1).
+	Weight *int `json:"weight,omitempty"`
+	// MaxParallel caps how many of the process's tasks run at once; 0 removes
+	// the cap (nil leaves it as it is).
+	MaxParallel *int `json:"max_parallel,omitempty"`
+}
+
+// Bounds of the settings.
+const (
+	MaxWeight   = 1000
+	MaxLimitKey = 200
+)
+
+// Validate names the first bad setting.
+func (s ProcessSettings) Validate() error {
+	if s.Weight != nil && (*s.Weight < 1 || *s.Weight > MaxWeight) {
+		return fmt.Errorf("%w: weight must be between 1 and %d, got %d", ErrInvalid, MaxWeight, *s.Weight)
+	}
+	if s.MaxParallel != nil && *s.MaxParallel < 0 {
+		return fmt.Errorf("%w: max_parallel must be >= 1 (or 0 for no cap), got %d", ErrInvalid, *s.MaxParallel)
+	}
+	return nil
+}
+
+// Limit key prefixes: a limit on every task of a kind, or on a process.
+const (
+	LimitKindPrefix    = "kind:"
+	LimitProcessPrefix = "process:"
+)
+
+// ValidateLimitKey checks a limit key as a task carries it (not a kind: or
+// process: key, which apply by themselves).
+func ValidateLimitKey(key string) error {
+	switch {
+	case strings.TrimSpace(key) == "":
+		return fmt.Errorf("%w: limit key must not be empty", ErrInvalid)
+	case len(key) > MaxLimitKey:
+		return fmt.Errorf("%w: limit key is longer than %d characters", ErrInvalid, MaxLimitKey)
+	case strings.HasPrefix(key, LimitKindPrefix), strings.HasPrefix(key, LimitProcessPrefix):
+		return fmt.Errorf("%w: limit key %q: the prefixes %q and %q are reserved for kind and process limits",
+			ErrInvalid, key, LimitKindPrefix, LimitProcessPrefix)
+	}
+	return nil
+}
+
+// ValidateLimit checks a LimitSet call: any key form and a maximum >= 0 (>= 1
+// for a process; pause a process to stop it).
+func ValidateLimit(key string, max int) error {
+	rest, isProcess := strings.CutPrefix(key, LimitProcessPrefix)
+	kind, isKind := strings.CutPrefix(key, LimitKindPrefix)
+	switch {
+	case isProcess && rest == "":
+		return fmt.Errorf("%w: limit key %q names no process", ErrInvalid, key)
+	case isKind && kind == "":
+		return fmt.Errorf("%w: limit key %q names no kind", ErrInvalid, key)
+	case !isProcess && !isKind:
+		if err := ValidateLimitKey(key); err != nil {
+			return err
+		}
+	case len(key) > MaxLimitKey+len(LimitProcessPrefix):
+		return fmt.Errorf("%w: limit key is too long", ErrInvalid)
+	}
+	if max < 0 {
+		return fmt.Errorf("%w: limit %q must be >= 0, got %d", ErrInvalid, key, max)
+	}
+	if isProcess && max < 1 {
+		return fmt.Errorf("%w: a process limit must be >= 1, got %d (pause the process to stop it)", ErrInvalid, max)
+	}
+	return nil
+}
+
+// ProcessFilter selects processes for ProcessList.
+type ProcessFilter struct {
+	Name string // "" for all
+	All  bool   // include succeeded processes
+}
+
+// ProcessStatus is a process with its scheduling and per-stage progress.
+type ProcessStatus struct {
+	ID           int64         `json:"id"`
+	Name         string        `json:"name"`
+	State        string        `json:"state"` // active, failed, succeeded
+	Paused       bool          `json:"paused"`
+	CurrentOrder *int          `json:"current_order"`
+	Priority     int           `json:"priority"`
+	Weight       int           `json:"weight"`
+	MaxParallel  *int          `json:"max_parallel"`
+	Stages       []StageStatus `json:"stages"`
+}
+
+// StageStatus counts one ExecutionOrder's tasks. Done counts tasks that
+// succeeded (from Logs); discarded and cancelled tasks are not counted.
+type StageStatus struct {
+	Order   int `json:"order"`
+	Pending int `json:"pending"` // blocked or available
+	Running int `json:"running"`
+	Failed  int `json:"failed"`
+	Done    int `json:"done"`
+}
+
+// Total is every task the stage has had that was not discarded or cancelled.
+func (s StageStatus) Total() int { return s.Pending + s.Running + s.Failed + s.Done }
+
+// WorkerStatus is a row of Workers.
+type WorkerStatus struct {
+	ID          string     `json:"id"`
+	Hostname    string     `json:"hostname"`
+	PID         int        `json:"pid"`
+	Concurrency int        `json:"concurrency"`
+	Version     string     `json:"version"`
+	StartedAt   time.Time  `json:"started_at"`
+	HeartbeatAt time.Time  `json:"heartbeat_at"`
+	StoppedAt   *time.Time `json:"stopped_at,omitempty"`
+	Running     int        `json:"running"` // tasks it holds now
+	// Now is the database's clock when read, to judge HeartbeatAt by.
+	Now time.Time `json:"now"`
+}
+
+// LimitInfo is a limit and the slots in use.
+type LimitInfo struct {
+	Key       string    `json:"key"`
+	Max       int       `json:"max"`
+	Running   int       `json:"running"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// AllowRetry admits a retry only of a task that failed for good.
+func AllowRetry(state, worker string) error {
+	if state == StateFailed {
+		return nil
+	}
+	return wrongState(state, worker, "only a failed task can be retried")
+}
+
+// AllowDiscard admits a discard only of a task that failed for good.
+func AllowDiscard(state, worker string) error {
+	if state == StateFailed {
+		return nil
+	}
+	return wrongState(state, worker, "only a failed task can be discarded; cancel removes a waiting one")
+}
+
+// AllowCancel admits a cancel of any task that is not running.
+func AllowCancel(state, worker string) error {
+	if state != StateRunning {
+		return nil
+	}
+	return wrongState(state, worker, "a running task cannot be cancelled; its attempt must end first")
+}
+
+func wrongState(state, worker, why string) error {
+	if state == StateRunning && worker != "" {
+		return fmt.Errorf("%w: it is running on worker %s: %s", ErrWrongState, worker, why)
+	}
+	return fmt.Errorf("%w: it is %s: %s", ErrWrongState, state, why)
+}
+
+// CollectProcessStatus runs a dialect's three process-status queries, each taking
+// (name, all) as its first two parameters: the processes (id, name, state,
+// paused, current_order, priority, weight, max_parallel), the queue's counts per
+// process and stage (process_id, order, pending, running, failed), and the
+// succeeded counts from Logs (process_id, order, done). mapErr maps driver errors.
+func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, listSQL, countSQL, doneSQL string, mapErr func(error) error) ([]ProcessStatus, error) {
+	rows, err := db.QueryContext(ctx, listSQL, f.Name, f.All)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", mapErr(err))
+	}
+	var out []ProcessStatus
+	index := map[int64]int{}
+	for rows.Next() {
+		var p ProcessStatus
+		var cur, maxPar sql.NullInt64
+		if err := rows.Scan(&p.ID, &p.Name, &p.State, &p.Paused, &cur, &p.Priority, &p.Weight, &maxPar); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list processes: %w", err)
+		}
+		if cur.Valid {
+			c := int(cur.Int64)
+			p.CurrentOrder = &c
+		}
+		if maxPar.Valid {
+			m := int(maxPar.Int64)
+			p.MaxParallel = &m
+		}
+		index[p.ID] = len(out)
+		out = append(out, p)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("list processes: %w", mapErr(err))
+	}
+	if f.Name != "" && len(out) == 0 {
+		return nil, fmt.Errorf("process %q: %w", f.Name, ErrNotFound)
+	}
+	stages := map[[2]int64]*StageStatus{}
+	stage := func(pid int64, order int) *StageStatus {
+		k := [2]int64{pid, int64(order)}
+		if s, ok := stages[k]; ok {
+			return s
+		}
+		s := &StageStatus{Order: order}
+		stages[k] = s
+		return s
+	}
+	rows, err = db.QueryContext(ctx, countSQL, f.Name, f.All)
+	if err != nil {
+		return nil, fmt.Errorf("count tasks: %w", mapErr(err))
+	}
+	for rows.Next() {
+		var pid int64
+		var order, pending, running, failed int
+		if err := rows.Scan(&pid, &order, &pending, &running, &failed); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("count tasks: %w", err)
+		}
+		s := stage(pid, order)
+		s.Pending, s.Running, s.Failed = pending, running, failed
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("count tasks: %w", mapErr(err))
+	}
+	rows, err = db.QueryContext(ctx, doneSQL, f.Name, f.All)
+	if err != nil {
+		return nil, fmt.Errorf("count finished tasks: %w", mapErr(err))
+	}
+	for rows.Next() {
+		var pid int64
+		var order, done int
+		if err := rows.Scan(&pid, &order, &done); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("count finished tasks: %w", err)
+		}
+		stage(pid, order).Done = done
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("count finished tasks: %w", mapErr(err))
+	}
+	for k, s := range stages {
+		if i, ok := index[k[0]]; ok {
+			out[i].Stages = append(out[i].Stages, *s)
+		}
+	}
+	for i := range out {
+		sort.Slice(out[i].Stages, func(a, b int) bool { return out[i].Stages[a].Order < out[i].Stages[b].Order })
+	}
+	return out, nil
+}

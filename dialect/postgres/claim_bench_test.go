@@ -1,0 +1,121 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/postgres"
+	"github.com/stageq/stageq/migrations"
+)
+
+// benchDB creates and migrates a database for one benchmark and drops it after.
+func benchDB(b *testing.B) dialect.Dialect {
+	b.Helper()
+	base := os.Getenv("STAGEQ_POSTGRES_DSN")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	ctx := context.Background()
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	name := fmt.Sprintf("stageq_bench_%d_%08x", os.Getpid(), rand.Uint32())
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		b.Fatalf("PostgreSQL needed at %s: %v", dialect.Redact(base), err)
+	}
+	b.Cleanup(func() {
+		if a, err := sql.Open("pgx", base); err == nil {
+			a.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+			a.Close()
+		}
+	})
+	u, _ := url.Parse(base)
+	u.Path = "/" + name
+	d, err := postgres.Open(ctx, u.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	if _, err := migrations.Up(ctx, "postgres", d.DB()); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// benchExec runs fixture SQL.
+func benchExec(b *testing.B, d dialect.Dialect, q string, args ...any) {
+	b.Helper()
+	if _, err := d.DB().ExecContext(context.Background(), q, args...); err != nil {
+		b.Fatalf("%s: %v", q, err)
+	}
+}
+
+// benchRunnable adds n runnable processes with per tasks each, in bulk.
+func benchRunnable(b *testing.B, d dialect.Dialect, n, per int) {
+	benchExec(b, d, `
+INSERT INTO stageq.processes (name, current_order, runnable, ready_at)
+SELECT 'p' || g, 100, true, now() - interval '1 hour' FROM generate_series(1, $1) g`, n)
+	benchExec(b, d, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
+SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
+  FROM stageq.processes p, generate_series(1, $1) g
+ WHERE p.name LIKE 'p%'`, per)
+}
+
+// benchClaims measures one claim of one task; the task is released outside the
+// timer so the queue stays the same size.
+func benchClaims(b *testing.B, d dialect.Dialect) {
+	ctx := context.Background()
+	benchExec(b, d, "ANALYZE")
+	b.ResetTimer()
+	for i := range b.N {
+		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "bench", Max: 1, Token: int64(i + 1), Lease: time.Minute})
+		if err != nil || len(got) != 1 {
+			b.Fatalf("claim: %v, %v", got, err)
+		}
+		b.StopTimer()
+		if err := d.TaskFinish(ctx, d.DB(), dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeReleased}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkClaimProcesses: claim latency with 10 and with 10,000 runnable
+// processes (20 available tasks each), plus 10,000 idle processes.
+func BenchmarkClaimProcesses(b *testing.B) {
+	for _, n := range []int{10, 10_000} {
+		b.Run(fmt.Sprintf("runnable=%d", n), func(b *testing.B) {
+			d := benchDB(b)
+			benchRunnable(b, d, n, 20)
+			benchExec(b, d, `INSERT INTO stageq.processes (name, state) SELECT 'idle' || g, 'succeeded' FROM generate_series(1, 10000) g`)
+			benchClaims(b, d)
+		})
+	}
+}
+
+// BenchmarkClaimBlockedMillion: 1,000,000 tasks blocked behind a running stage
+// of one process must not slow the claims of ten other processes.
+func BenchmarkClaimBlockedMillion(b *testing.B) {
+	d := benchDB(b)
+	benchRunnable(b, d, 10, 20)
+	benchExec(b, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('huge', 100)`)
+	benchExec(b, d, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state, worker_id, lease_token, lease_expires_at, attempt)
+SELECT id, 100, 'SELECT pg_sleep(3600)', 'running', 'elsewhere', 1, now() + interval '1 day', 1
+  FROM stageq.processes WHERE name = 'huge'`)
+	benchExec(b, d, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state)
+SELECT p.id, 200, 'SELECT 1', 'blocked' FROM stageq.processes p, generate_series(1, 1000000) g
+ WHERE p.name = 'huge'`)
+	benchClaims(b, d)
+}

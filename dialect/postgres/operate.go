@@ -1,0 +1,290 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+var _ dialect.Operator = (*Postgres)(nil)
+
+// inTx runs fn in q when q is already a transaction, otherwise in a new one that
+// commits when fn succeeds.
+func (p *Postgres) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Querier) error) error {
+	if _, isDB := q.(*sql.DB); !isDB && q != nil {
+		return fn(q)
+	}
+	tx, err := p.BeginTx(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return nil
+}
+
+// Operator statements. Each one that changes tasks runs after lockProcessSQL (or
+// lockProcessByIDSQL) in the same transaction: the process row first, then task
+// rows, the order finish, submit, rescue and the claim all keep.
+const (
+	lockProcessSQL     = `SELECT id FROM stageq.processes WHERE name = $1 FOR UPDATE`
+	lockProcessByIDSQL = `SELECT id FROM stageq.processes WHERE id = $1 FOR UPDATE`
+	openStageSQL       = `SELECT stageq.open_stage($1)`
+	refreshSQL         = `SELECT stageq.refresh_process($1)`
+
+	// In: id, priority, weight, max_parallel (NULL: unchanged; 0: no cap).
+	configureSQL = `
+UPDATE stageq.processes
+   SET priority = coalesce($2, priority),
+       weight = coalesce($3, weight),
+       max_parallel = CASE WHEN $4::int IS NULL THEN max_parallel WHEN $4::int = 0 THEN NULL ELSE $4::int END,
+       updated_at = now()
+ WHERE id = $1`
+
+	pauseSQL = `UPDATE stageq.processes SET paused = $2, updated_at = now() WHERE id = $1`
+
+	// A retried task starts over with fresh attempts, available when its stage is
+	// the open one. In: process id.
+	retryProcessSQL = `
+UPDATE stageq.tasks t
+   SET state = CASE WHEN t.execution_order = p.current_order THEN 'available' ELSE 'blocked' END,
+       attempt = 0, run_at = now()
+  FROM stageq.processes p
+ WHERE p.id = t.process_id AND t.process_id = $1 AND t.state = 'failed'`
+	discardProcessSQL = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state = 'failed'`
+	cancelProcessSQL  = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state <> 'running'`
+	runningProcessSQL = `SELECT count(*) FROM stageq.tasks WHERE process_id = $1 AND state = 'running'`
+
+	taskProcessSQL = `SELECT process_id FROM stageq.tasks WHERE id = $1`
+	taskLockSQL    = `SELECT state, coalesce(worker_id, '') FROM stageq.tasks WHERE id = $1 FOR UPDATE`
+	retryTaskSQL   = `
+UPDATE stageq.tasks t
+   SET state = CASE WHEN t.execution_order = p.current_order THEN 'available' ELSE 'blocked' END,
+       attempt = 0, run_at = now()
+  FROM stageq.processes p
+ WHERE p.id = t.process_id AND t.id = $1`
+	deleteTaskSQL = `DELETE FROM stageq.tasks WHERE id = $1`
+)
+
+// withProcess locks the named process in a transaction and runs fn with its id;
+// afterwards it re-derives the process's stage and run-queue state.
+func (p *Postgres) withProcess(ctx context.Context, q dialect.Querier, name string, fn func(q dialect.Querier, id int64) error) error {
+	return p.inTx(ctx, q, func(q dialect.Querier) error {
+		var id int64
+		err := q.QueryRowContext(ctx, lockProcessSQL, name).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lock process %q: %w", name, mapErr(err))
+		}
+		if err := fn(q, id); err != nil {
+			return err
+		}
+		if _, err := q.ExecContext(ctx, openStageSQL, id); err != nil {
+			return fmt.Errorf("process %q: open stage: %w", name, mapErr(err))
+		}
+		return nil
+	})
+}
+
+// ProcessConfigure implements dialect.Operator.
+func (p *Postgres) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, s dialect.ProcessSettings) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("configure process %q: %w", name, err)
+	}
+	return p.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
+		if _, err := q.ExecContext(ctx, configureSQL, id, nullInt(s.Priority), nullInt(s.Weight), nullInt(s.MaxParallel)); err != nil {
+			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
+		}
+		return nil
+	})
+}
+
+func nullInt(v *int) sql.NullInt64 {
+	if v == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: int64(*v), Valid: true}
+}
+
+// ProcessSetPaused implements dialect.Operator.
+func (p *Postgres) ProcessSetPaused(ctx context.Context, name string, paused bool) error {
+	return p.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if _, err := q.ExecContext(ctx, pauseSQL, id, paused); err != nil {
+			return fmt.Errorf("pause process %q: %w", name, mapErr(err))
+		}
+		return nil
+	})
+}
+
+// processBulk runs one bulk statement on a locked process and insists it changed
+// something, so that a command with nothing to do says so.
+func (p *Postgres) processBulk(ctx context.Context, name, stmt, what string) (int, error) {
+	var n int64
+	err := p.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		res, err := q.ExecContext(ctx, stmt, id)
+		if err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, mapErr(err))
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
+		}
+		return nil
+	})
+	return int(n), err
+}
+
+// ProcessRetry implements dialect.Operator.
+func (p *Postgres) ProcessRetry(ctx context.Context, name string) (int, error) {
+	return p.processBulk(ctx, name, retryProcessSQL, "retry")
+}
+
+// ProcessDiscard implements dialect.Operator.
+func (p *Postgres) ProcessDiscard(ctx context.Context, name string) (int, error) {
+	return p.processBulk(ctx, name, discardProcessSQL, "discard")
+}
+
+// ProcessCancel implements dialect.Operator.
+func (p *Postgres) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
+	err = p.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		res, err := q.ExecContext(ctx, cancelProcessSQL, id)
+		if err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, err)
+		}
+		removed = int(n)
+		if err := q.QueryRowContext(ctx, runningProcessSQL, id).Scan(&running); err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
+		}
+		if removed == 0 {
+			return fmt.Errorf("cancel process %q: %w: it has no waiting or failed tasks (%d running)", name, dialect.ErrWrongState, running)
+		}
+		return nil
+	})
+	return removed, running, err
+}
+
+// withTask locks a task's process, then the task, checks its state with allow,
+// and runs fn; then it re-derives the process's stage.
+func (p *Postgres) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string) error {
+	return p.inTx(ctx, nil, func(q dialect.Querier) error {
+		var pid int64
+		err := q.QueryRowContext(ctx, taskProcessSQL, id).Scan(&pid)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("task %d: %w", id, mapErr(err))
+		}
+		if err := q.QueryRowContext(ctx, lockProcessByIDSQL, pid).Scan(&pid); err != nil {
+			return fmt.Errorf("task %d: lock process: %w", id, mapErr(err))
+		}
+		var state, worker string
+		err = q.QueryRowContext(ctx, taskLockSQL, id).Scan(&state, &worker)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("task %d: %w (it finished meanwhile)", id, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("task %d: %w", id, mapErr(err))
+		}
+		if err := allow(state, worker); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
+			return fmt.Errorf("task %d: %w", id, mapErr(err))
+		}
+		if _, err := q.ExecContext(ctx, openStageSQL, pid); err != nil {
+			return fmt.Errorf("task %d: open stage: %w", id, mapErr(err))
+		}
+		return nil
+	})
+}
+
+// TaskRetry implements dialect.Operator.
+func (p *Postgres) TaskRetry(ctx context.Context, id int64) error {
+	return p.withTask(ctx, id, dialect.AllowRetry, retryTaskSQL)
+}
+
+// TaskDiscard implements dialect.Operator.
+func (p *Postgres) TaskDiscard(ctx context.Context, id int64) error {
+	return p.withTask(ctx, id, dialect.AllowDiscard, deleteTaskSQL)
+}
+
+// TaskCancel implements dialect.Operator.
+func (p *Postgres) TaskCancel(ctx context.Context, id int64) error {
+	return p.withTask(ctx, id, dialect.AllowCancel, deleteTaskSQL)
+}
+
+// processListSQL reads processes. In: name ("" for all), include succeeded.
+const processListSQL = `
+SELECT id, name, state, paused, current_order, priority, weight, max_parallel
+  FROM stageq.processes
+ WHERE ($1 = '' OR name = $1) AND ($2 OR $1 <> '' OR state <> 'succeeded')
+ ORDER BY name`
+
+// stageCountSQL counts the tasks in the queue per process, stage and state.
+const stageCountSQL = `
+SELECT t.process_id, t.execution_order,
+       count(*) FILTER (WHERE t.state IN ('blocked', 'available')),
+       count(*) FILTER (WHERE t.state = 'running'),
+       count(*) FILTER (WHERE t.state = 'failed')
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state <> 'succeeded')
+ GROUP BY t.process_id, t.execution_order`
+
+// stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks).
+const stageDoneSQL = `
+SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
+  FROM stageq.logs l JOIN stageq.processes p ON p.id = l.process_id
+ WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state <> 'succeeded')
+   AND l.outcome = 'succeeded'
+ GROUP BY l.process_id, l.execution_order`
+
+// ProcessList implements dialect.Operator.
+func (p *Postgres) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
+	return dialect.CollectProcessStatus(ctx, p.db, f, processListSQL, stageCountSQL, stageDoneSQL, mapErr)
+}
+
+const workerListSQL = `
+SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartbeat_at, w.stopped_at,
+       (SELECT count(*) FROM stageq.tasks t WHERE t.worker_id = w.id AND t.state = 'running'), now()
+  FROM stageq.workers w
+ ORDER BY w.heartbeat_at DESC, w.id`
+
+// WorkerList implements dialect.Operator.
+func (p *Postgres) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
+	rows, err := p.db.QueryContext(ctx, workerListSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []dialect.WorkerStatus
+	for rows.Next() {
+		var w dialect.WorkerStatus
+		var stopped sql.NullTime
+		if err := rows.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &w.StartedAt,
+			&w.HeartbeatAt, &stopped, &w.Running, &w.Now); err != nil {
+			return nil, fmt.Errorf("list workers: %w", err)
+		}
+		if stopped.Valid {
+			w.StoppedAt = &stopped.Time
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}

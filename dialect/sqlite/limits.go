@@ -1,0 +1,191 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// Run-queue state and limits. Every function here runs inside the caller's write
+// transaction (BEGIN IMMEDIATE), which is SQLite's equivalent of PostgreSQL's
+// process-row and limit-row locks: nothing changes between a count and the claim
+// that relies on it.
+const (
+	refreshReadSQL = `SELECT runnable, paused, max_parallel, ready_at FROM stageq_processes WHERE id = ?`
+	// The earliest available task: a seek on stageq_tasks_ready.
+	refreshReadyAtSQL = `
+SELECT run_at FROM stageq_tasks WHERE process_id = ? AND state = 'available' ORDER BY run_at LIMIT 1`
+	refreshRunningSQL = `SELECT count(*) FROM stageq_tasks WHERE process_id = ? AND state = 'running'`
+	// A process that wakes joins at the run queue's current virtual time.
+	// In: ready_at, process.
+	refreshWakeSQL = `
+UPDATE stageq_processes
+   SET runnable = 1, ready_at = ?1,
+       pass = coalesce((SELECT pass FROM stageq_processes WHERE runnable = 1 ORDER BY pass LIMIT 1), pass)
+ WHERE id = ?2`
+	refreshSetSQL = `UPDATE stageq_processes SET runnable = ?, ready_at = ? WHERE id = ?`
+
+	limitMaxSQL         = `SELECT max_running FROM stageq_limits WHERE key = ?`
+	limitRunningKeySQL  = `SELECT count(*) FROM stageq_tasks WHERE limit_key = ? AND state = 'running'`
+	limitRunningKindSQL = `SELECT count(*) FROM stageq_tasks WHERE kind = ? AND state = 'running'`
+	limitUpsertSQL      = `
+INSERT INTO stageq_limits (key, max_running) VALUES (?, ?)
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')`
+	limitDeleteSQL = `DELETE FROM stageq_limits WHERE key = ?`
+	// In: key ("" for all).
+	limitListSQL = `
+SELECT l.key, l.max_running, l.updated_at,
+       CASE WHEN l.key LIKE 'kind:%'
+            THEN (SELECT count(*) FROM stageq_tasks t WHERE t.kind = substr(l.key, 6) AND t.state = 'running')
+            ELSE (SELECT count(*) FROM stageq_tasks t WHERE t.limit_key = l.key AND t.state = 'running')
+       END
+  FROM stageq_limits l
+ WHERE ?1 = '' OR l.key = ?1
+UNION ALL
+SELECT 'process:' || p.name, p.max_parallel, p.updated_at,
+       (SELECT count(*) FROM stageq_tasks t WHERE t.process_id = p.id AND t.state = 'running')
+  FROM stageq_processes p
+ WHERE p.max_parallel IS NOT NULL AND (?1 = '' OR 'process:' || p.name = ?1)
+ ORDER BY 1`
+)
+
+// refreshProcess re-derives whether a process is runnable: it has available
+// tasks, is not paused and runs fewer than its max_parallel.
+func refreshProcess(ctx context.Context, q dialect.Querier, pid int64) error {
+	var runnable, paused bool
+	var maxPar sql.NullInt64
+	var oldReady, ready sql.NullString
+	err := q.QueryRowContext(ctx, refreshReadSQL, pid).Scan(&runnable, &paused, &maxPar, &oldReady)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
+	}
+	err = q.QueryRowContext(ctx, refreshReadyAtSQL, pid).Scan(&ready)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
+	}
+	run := ready.Valid && !paused
+	if run && maxPar.Valid {
+		var n int64
+		if err := q.QueryRowContext(ctx, refreshRunningSQL, pid).Scan(&n); err != nil {
+			return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
+		}
+		run = n < maxPar.Int64
+	}
+	err = nil
+	switch {
+	case run && !runnable:
+		_, err = q.ExecContext(ctx, refreshWakeSQL, ready, pid)
+	case run != runnable || ready != oldReady:
+		_, err = q.ExecContext(ctx, refreshSetSQL, run, ready, pid)
+	}
+	if err != nil {
+		return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
+	}
+	return nil
+}
+
+// limitAdmits says whether one more task with limit key key ("" for none) and
+// kind kind may start now, counting the running tasks that hold the slots.
+func limitAdmits(ctx context.Context, q dialect.Querier, key, kind string) (bool, error) {
+	check := func(limitKey, countSQL, arg string) (bool, error) {
+		var max int64
+		err := q.QueryRowContext(ctx, limitMaxSQL, limitKey).Scan(&max)
+		if errors.Is(err, sql.ErrNoRows) {
+			return true, nil // no limit row: unlimited
+		}
+		if err != nil {
+			return false, fmt.Errorf("limit %q: %w", limitKey, mapErr(err))
+		}
+		var n int64
+		if err := q.QueryRowContext(ctx, countSQL, arg).Scan(&n); err != nil {
+			return false, fmt.Errorf("limit %q: %w", limitKey, mapErr(err))
+		}
+		return n < max, nil
+	}
+	if key != "" {
+		if ok, err := check(key, limitRunningKeySQL, key); err != nil || !ok {
+			return false, err
+		}
+	}
+	return check(dialect.LimitKindPrefix+kind, limitRunningKindSQL, kind)
+}
+
+// LimitSet implements dialect.Operator.
+func (s *SQLite) LimitSet(ctx context.Context, key string, max int) error {
+	if err := dialect.ValidateLimit(key, max); err != nil {
+		return fmt.Errorf("set limit: %w", err)
+	}
+	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
+		return s.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
+	}
+	if _, err := s.db.ExecContext(ctx, limitUpsertSQL, key, max); err != nil {
+		return fmt.Errorf("set limit %q: %w", key, mapErr(err))
+	}
+	return nil
+}
+
+// LimitGet implements dialect.Operator.
+func (s *SQLite) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
+	ls, err := s.limitList(ctx, key)
+	if err != nil {
+		return dialect.LimitInfo{}, err
+	}
+	if len(ls) == 0 {
+		return dialect.LimitInfo{}, fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return ls[0], nil
+}
+
+// LimitList implements dialect.Operator.
+func (s *SQLite) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
+	return s.limitList(ctx, "")
+}
+
+func (s *SQLite) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
+	rows, err := s.db.QueryContext(ctx, limitListSQL, key)
+	if err != nil {
+		return nil, fmt.Errorf("list limits: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []dialect.LimitInfo
+	for rows.Next() {
+		var l dialect.LimitInfo
+		var updated string
+		if err := rows.Scan(&l.Key, &l.Max, &updated, &l.Running); err != nil {
+			return nil, fmt.Errorf("list limits: %w", err)
+		}
+		if l.UpdatedAt, err = parseTime(updated); err != nil {
+			return nil, fmt.Errorf("list limits: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// LimitDelete implements dialect.Operator.
+func (s *SQLite) LimitDelete(ctx context.Context, key string) error {
+	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
+		if _, err := s.LimitGet(ctx, key); err != nil {
+			return fmt.Errorf("delete limit: %w", err)
+		}
+		none := 0
+		return s.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
+	}
+	res, err := s.db.ExecContext(ctx, limitDeleteSQL, key)
+	if err != nil {
+		return fmt.Errorf("delete limit %q: %w", key, mapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("delete limit %q: %w", key, err)
+	} else if n == 0 {
+		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return nil
+}

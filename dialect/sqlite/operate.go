@@ -1,0 +1,245 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+var _ dialect.Operator = (*SQLite)(nil)
+
+// Operator statements; each runs in one BEGIN IMMEDIATE transaction with
+// openStage afterwards, as finish and submit do.
+const (
+	opProcessIDSQL = `SELECT id FROM stageq_processes WHERE name = ?`
+	// In: priority, weight, max_parallel (NULL: unchanged; 0: no cap), id.
+	opConfigureSQL = `
+UPDATE stageq_processes
+   SET priority = coalesce(?1, priority),
+       weight = coalesce(?2, weight),
+       max_parallel = CASE WHEN ?3 IS NULL THEN max_parallel WHEN ?3 = 0 THEN NULL ELSE ?3 END,
+       updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+ WHERE id = ?4`
+	opPauseSQL = `UPDATE stageq_processes SET paused = ?, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id = ?`
+	// A retried task starts over with fresh attempts. In: process id.
+	opRetryProcessSQL = `
+UPDATE stageq_tasks
+   SET state = CASE WHEN execution_order = (SELECT current_order FROM stageq_processes WHERE id = ?1)
+                    THEN 'available' ELSE 'blocked' END,
+       attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+ WHERE process_id = ?1 AND state = 'failed'`
+	opDiscardProcessSQL = `DELETE FROM stageq_tasks WHERE process_id = ? AND state = 'failed'`
+	opCancelProcessSQL  = `DELETE FROM stageq_tasks WHERE process_id = ? AND state <> 'running'`
+	opRunningSQL        = `SELECT count(*) FROM stageq_tasks WHERE process_id = ? AND state = 'running'`
+	opTaskSQL           = `SELECT process_id, state, coalesce(worker_id, '') FROM stageq_tasks WHERE id = ?`
+	opRetryTaskSQL      = `
+UPDATE stageq_tasks
+   SET state = CASE WHEN execution_order = (SELECT current_order FROM stageq_processes p WHERE p.id = stageq_tasks.process_id)
+                    THEN 'available' ELSE 'blocked' END,
+       attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+ WHERE id = ?`
+	opDeleteTaskSQL = `DELETE FROM stageq_tasks WHERE id = ?`
+
+	// Status queries; in: name ("" for all), include succeeded.
+	opProcessListSQL = `
+SELECT id, name, state, paused, current_order, priority, weight, max_parallel
+  FROM stageq_processes
+ WHERE (?1 = '' OR name = ?1) AND (?2 OR ?1 <> '' OR state <> 'succeeded')
+ ORDER BY name`
+	opStageCountSQL = `
+SELECT t.process_id, t.execution_order,
+       sum(t.state IN ('blocked', 'available')), sum(t.state = 'running'), sum(t.state = 'failed')
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state <> 'succeeded')
+ GROUP BY t.process_id, t.execution_order`
+	opStageDoneSQL = `
+SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
+  FROM stageq_logs l JOIN stageq_processes p ON p.id = l.process_id
+ WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state <> 'succeeded')
+   AND l.outcome = 'succeeded'
+ GROUP BY l.process_id, l.execution_order`
+
+	opWorkerListSQL = `
+SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartbeat_at, w.stopped_at,
+       (SELECT count(*) FROM stageq_tasks t WHERE t.worker_id = w.id AND t.state = 'running'),
+       strftime('%Y-%m-%d %H:%M:%f', 'now')
+  FROM stageq_workers w
+ ORDER BY w.heartbeat_at DESC, w.id`
+)
+
+// withProcess runs fn on the named process in a write transaction, then
+// re-derives its stage and run-queue state.
+func (s *SQLite) withProcess(ctx context.Context, q dialect.Querier, name string, fn func(q dialect.Querier, id int64) error) error {
+	return s.inTx(ctx, q, func(q dialect.Querier) error {
+		var id int64
+		err := q.QueryRowContext(ctx, opProcessIDSQL, name).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("process %q: %w", name, mapErr(err))
+		}
+		if err := fn(q, id); err != nil {
+			return err
+		}
+		return openStage(ctx, q, id)
+	})
+}
+
+// ProcessConfigure implements dialect.Operator.
+func (s *SQLite) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, ps dialect.ProcessSettings) error {
+	if err := ps.Validate(); err != nil {
+		return fmt.Errorf("configure process %q: %w", name, err)
+	}
+	return s.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
+		if _, err := q.ExecContext(ctx, opConfigureSQL, nullInt(ps.Priority), nullInt(ps.Weight), nullInt(ps.MaxParallel), id); err != nil {
+			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
+		}
+		return nil
+	})
+}
+
+func nullInt(v *int) sql.NullInt64 {
+	if v == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: int64(*v), Valid: true}
+}
+
+// ProcessSetPaused implements dialect.Operator.
+func (s *SQLite) ProcessSetPaused(ctx context.Context, name string, paused bool) error {
+	return s.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if _, err := q.ExecContext(ctx, opPauseSQL, paused, id); err != nil {
+			return fmt.Errorf("pause process %q: %w", name, mapErr(err))
+		}
+		return nil
+	})
+}
+
+func (s *SQLite) processBulk(ctx context.Context, name, stmt, what string) (int, error) {
+	var n int64
+	err := s.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		res, err := q.ExecContext(ctx, stmt, id)
+		if err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, mapErr(err))
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
+		}
+		return nil
+	})
+	return int(n), err
+}
+
+// ProcessRetry implements dialect.Operator.
+func (s *SQLite) ProcessRetry(ctx context.Context, name string) (int, error) {
+	return s.processBulk(ctx, name, opRetryProcessSQL, "retry")
+}
+
+// ProcessDiscard implements dialect.Operator.
+func (s *SQLite) ProcessDiscard(ctx context.Context, name string) (int, error) {
+	return s.processBulk(ctx, name, opDiscardProcessSQL, "discard")
+}
+
+// ProcessCancel implements dialect.Operator.
+func (s *SQLite) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
+	err = s.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		res, err := q.ExecContext(ctx, opCancelProcessSQL, id)
+		if err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, err)
+		}
+		removed = int(n)
+		if err := q.QueryRowContext(ctx, opRunningSQL, id).Scan(&running); err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
+		}
+		if removed == 0 {
+			return fmt.Errorf("cancel process %q: %w: it has no waiting or failed tasks (%d running)", name, dialect.ErrWrongState, running)
+		}
+		return nil
+	})
+	return removed, running, err
+}
+
+func (s *SQLite) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string) error {
+	return s.inTx(ctx, nil, func(q dialect.Querier) error {
+		var pid int64
+		var state, worker string
+		err := q.QueryRowContext(ctx, opTaskSQL, id).Scan(&pid, &state, &worker)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("task %d: %w", id, mapErr(err))
+		}
+		if err := allow(state, worker); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
+			return fmt.Errorf("task %d: %w", id, mapErr(err))
+		}
+		return openStage(ctx, q, pid)
+	})
+}
+
+// TaskRetry implements dialect.Operator.
+func (s *SQLite) TaskRetry(ctx context.Context, id int64) error {
+	return s.withTask(ctx, id, dialect.AllowRetry, opRetryTaskSQL)
+}
+
+// TaskDiscard implements dialect.Operator.
+func (s *SQLite) TaskDiscard(ctx context.Context, id int64) error {
+	return s.withTask(ctx, id, dialect.AllowDiscard, opDeleteTaskSQL)
+}
+
+// TaskCancel implements dialect.Operator.
+func (s *SQLite) TaskCancel(ctx context.Context, id int64) error {
+	return s.withTask(ctx, id, dialect.AllowCancel, opDeleteTaskSQL)
+}
+
+// ProcessList implements dialect.Operator.
+func (s *SQLite) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
+	return dialect.CollectProcessStatus(ctx, s.db, f, opProcessListSQL, opStageCountSQL, opStageDoneSQL, mapErr)
+}
+
+// WorkerList implements dialect.Operator.
+func (s *SQLite) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
+	rows, err := s.db.QueryContext(ctx, opWorkerListSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []dialect.WorkerStatus
+	for rows.Next() {
+		var w dialect.WorkerStatus
+		var started, beat, now string
+		var stopped sql.NullString
+		if err := rows.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &started, &beat,
+			&stopped, &w.Running, &now); err != nil {
+			return nil, fmt.Errorf("list workers: %w", err)
+		}
+		for _, p := range []struct {
+			dst *time.Time
+			src string
+		}{{&w.StartedAt, started}, {&w.HeartbeatAt, beat}, {&w.Now, now}} {
+			if *p.dst, err = parseTime(p.src); err != nil {
+				return nil, fmt.Errorf("list workers: %w", err)
+			}
+		}
+		if w.StoppedAt, err = parseNullTime(stopped); err != nil {
+			return nil, fmt.Errorf("list workers: %w", err)
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/lease"
+)
+
+// ExitLeaseHeld is `queuectl lease acquire`'s exit code when another holder has
+// the lease, so scripts can tell "someone else runs it" from a failure. (3 to 5
+// are the operator commands' codes, status.go.)
+const ExitLeaseHeld = 6
+
+// newLeaseCommand builds `queuectl lease`, exclusive leases for scripts.
+func newLeaseCommand(dsn *string) *cobra.Command {
+	var holder string
+	cmd := &cobra.Command{
+		Use:   "lease",
+		Short: "Exclusive leases for scripts: acquire, extend, release, list",
+		Long: `An exclusive lease is a named lock shared by everything that uses this database,
+with an expiry on the database's clock and a fencing token that grows with every
+new holder. A script acquires it (exit code 6 when another holder has it), extends
+it while it works, and releases it with the token it was given:
+
+  token=$(queuectl lease acquire nightly --ttl 5m --holder "$HOSTNAME") || exit 0
+  do_the_work --fence "$token"
+  queuectl lease release nightly --token "$token" --holder "$HOSTNAME"
+
+The same holder acquiring again while its lease is live gets the same token.`,
+	}
+	def := os.Getenv("STAGEQ_LEASE_HOLDER")
+	if def == "" {
+		host, _ := os.Hostname()
+		def = fmt.Sprintf("%s-%d", host, os.Getppid()) // the calling shell: stable across its commands
+	}
+	cmd.PersistentFlags().StringVar(&holder, "holder", def, "holder identity (env STAGEQ_LEASE_HOLDER; default host-parentpid)")
+
+	var ttl time.Duration
+	var asJSON bool
+	acquire := &cobra.Command{
+		Use:   "acquire NAME",
+		Short: "Take a lease if it is free or already yours; print its fencing token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := openLeaseDialect(cmd, *dsn)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			l, err := lease.New(d, lease.Options{Holder: holder}).TryAcquire(cmd.Context(), args[0], ttl)
+			var held *lease.HeldError
+			switch {
+			case errors.As(err, &held):
+				return exitCodeError{code: ExitLeaseHeld, err: err}
+			case err != nil:
+				return leaseErr(err)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{
+					"name": l.Name(), "holder": holder, "token": l.Token(), "expires_at": l.ExpiresAt()})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), l.Token())
+			return nil
+		},
+	}
+	acquire.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "how long the lease lasts unless extended")
+	acquire.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of the bare token")
+
+	var token int64
+	var extendTTL time.Duration
+	extend := &cobra.Command{
+		Use:   "extend NAME --token TOKEN",
+		Short: "Push a held lease's expiry to now + --ttl; exit 1 when it was lost",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if extendTTL < lease.MinTTL {
+				return usageErrorf("--ttl must be at least %s, got %s", lease.MinTTL, extendTTL)
+			}
+			d, err := openLeaseDialect(cmd, *dsn)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			info, err := d.LeaseExtend(cmd.Context(), dialect.LeaseExtendParams{Name: args[0], Holder: holder, Token: token, TTL: extendTTL})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lease %s (token %d) extended until %s\n", args[0], token, info.ExpiresAt.UTC().Format(time.RFC3339Nano))
+			return nil
+		},
+	}
+	extend.Flags().Int64Var(&token, "token", 0, "the fencing token acquire printed")
+	extend.Flags().DurationVar(&extendTTL, "ttl", 30*time.Second, "new lifetime from now")
+	_ = extend.MarkFlagRequired("token")
+
+	var relToken int64
+	release := &cobra.Command{
+		Use:   "release NAME --token TOKEN",
+		Short: "Free a lease you hold; exit 1, changing nothing, when it was lost",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := openLeaseDialect(cmd, *dsn)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if err := d.LeaseRelease(cmd.Context(), dialect.LeaseReleaseParams{Name: args[0], Holder: holder, Token: relToken}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lease %s released\n", args[0])
+			return nil
+		},
+	}
+	release.Flags().Int64Var(&relToken, "token", 0, "the fencing token acquire printed")
+	_ = release.MarkFlagRequired("token")
+
+	var all, listJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Show leases: holder, token, expiry (held ones only unless --all)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := openLeaseDialect(cmd, *dsn)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			leases, err := lease.Leases(cmd.Context(), d, !all)
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				return writeJSON(cmd.OutOrStdout(), leases)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tACQUIRED\tEXPIRES\tSTATE")
+			for _, l := range leases {
+				state := "held"
+				switch {
+				case l.Holder == "":
+					state = "released"
+				case !l.Held():
+					state = "expired"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s (%s)\t%s\n", l.Name, dash(l.Holder), l.Token,
+					l.AcquiredAt.Local().Format("2006-01-02 15:04:05.000"), l.ExpiresAt.Local().Format("15:04:05.000"),
+					l.ExpiresAt.Sub(l.Now).Round(time.Millisecond), state)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&all, "all", false, "include released and expired leases")
+	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+
+	cmd.AddCommand(acquire, extend, release, list)
+	return cmd
+}
+
+// openLeaseDialect opens the queue database, refusing a schema this binary does
+// not know (like every other command).
+func openLeaseDialect(cmd *cobra.Command, dsn string) (dialect.Dialect, error) {
+	c, err := openClient(cmd.Context(), dsn, false, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	return c.Dialect(), nil
+}
+
+// leaseErr turns invalid names and ttls into usage errors (exit code 2).
+func leaseErr(err error) error {
+	if errors.Is(err, lease.ErrInvalid) || errors.Is(err, dialect.ErrInvalid) {
+		return UsageError{err}
+	}
+	return err
+}

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// taskOrProcess reads the target of retry / discard / cancel: a task id as the
+// argument, or --process NAME.
+func taskOrProcess(args []string, process string) (int64, error) {
+	switch {
+	case len(args) == 1 && process != "":
+		return 0, usageErrorf("give either a task id or --process, not both")
+	case len(args) == 1:
+		id, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil || id <= 0 {
+			return 0, usageErrorf("task id %q: must be a positive whole number", args[0])
+		}
+		return id, nil
+	case process != "":
+		return 0, nil
+	}
+	return 0, usageErrorf("give a task id or --process NAME")
+}
+
+// newTaskOpCommand builds retry, discard and cancel, which share their shape.
+func newTaskOpCommand(dsn *string, use, short, long string,
+	onTask func(op dialect.Operator, cmd *cobra.Command, id int64) (string, error),
+	onProcess func(op dialect.Operator, cmd *cobra.Command, name string) (string, error)) *cobra.Command {
+	var (
+		process string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   use + " (TASK_ID | --process NAME)",
+		Short: short,
+		Long:  long,
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := taskOrProcess(args, process)
+			if err != nil {
+				return err
+			}
+			c, op, err := openOperator(cmd.Context(), *dsn)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var msg string
+			if id != 0 {
+				msg, err = onTask(op, cmd, id)
+			} else {
+				msg, err = onProcess(op, cmd, process)
+			}
+			if err != nil {
+				return opError(err)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"ok": true, "message": msg})
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&process, "process", "", "act on every matching task of this process")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newRetryCommand(dsn *string) *cobra.Command {
+	return newTaskOpCommand(dsn, "retry", "Run a failed task (or every failed task of a process) again with fresh attempts",
+		"Only tasks that failed for good can be retried; a running or waiting task is refused (exit 4).",
+		func(op dialect.Operator, cmd *cobra.Command, id int64) (string, error) {
+			return fmt.Sprintf("task %d will run again", id), op.TaskRetry(cmd.Context(), id)
+		},
+		func(op dialect.Operator, cmd *cobra.Command, name string) (string, error) {
+			n, err := op.ProcessRetry(cmd.Context(), name)
+			return fmt.Sprintf("%d failed task(s) of process %q will run again", n, name), err
+		})
+}
+
+func newDiscardCommand(dsn *string) *cobra.Command {
+	return newTaskOpCommand(dsn, "discard", "Give up on a failed task (or every failed task of a process): later stages may run",
+		"A discarded task counts as finished for the stage barrier. Only failed tasks can be discarded (exit 4 otherwise).",
+		func(op dialect.Operator, cmd *cobra.Command, id int64) (string, error) {
+			return fmt.Sprintf("task %d discarded", id), op.TaskDiscard(cmd.Context(), id)
+		},
+		func(op dialect.Operator, cmd *cobra.Command, name string) (string, error) {
+			n, err := op.ProcessDiscard(cmd.Context(), name)
+			return fmt.Sprintf("%d failed task(s) of process %q discarded", n, name), err
+		})
+}
+
+func newCancelCommand(dsn *string) *cobra.Command {
+	return newTaskOpCommand(dsn, "cancel", "Remove a task that is not running (or every such task of a process)",
+		"Running tasks are never interrupted: cancelling one is refused (exit 4); for a process, they finish their attempt.",
+		func(op dialect.Operator, cmd *cobra.Command, id int64) (string, error) {
+			return fmt.Sprintf("task %d cancelled", id), op.TaskCancel(cmd.Context(), id)
+		},
+		func(op dialect.Operator, cmd *cobra.Command, name string) (string, error) {
+			n, running, err := op.ProcessCancel(cmd.Context(), name)
+			return fmt.Sprintf("%d task(s) of process %q cancelled; %d still running will finish their attempt", n, name, running), err
+		})
+}
+
+func newPauseCommand(dsn *string, pause bool) *cobra.Command {
+	use, short := "pause PROCESS", "Stop claiming a process's tasks (running ones finish)"
+	if !pause {
+		use, short = "resume PROCESS", "Let workers claim a paused process's tasks again"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, op, err := openOperator(cmd.Context(), *dsn)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := op.ProcessSetPaused(cmd.Context(), args[0], pause); err != nil {
+				return opError(err)
+			}
+			verb := "paused"
+			if !pause {
+				verb = "resumed"
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "process %q %s\n", args[0], verb)
+			return err
+		},
+	}
+}

@@ -1,0 +1,307 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+)
+
+// Exit codes of the operator commands, beyond ExitOK, ExitFailure and ExitUsage,
+// so scripts can tell what went wrong without parsing messages.
+const (
+	ExitNotFound      = 3 // the named process, task or limit does not exist
+	ExitWrongState    = 4 // not allowed in the current state (retry of a running task, …)
+	ExitProcessFailed = 5 // --wait / --watch: the process ended with a failed task
+)
+
+// opError maps the dialect's sentinel errors to exit codes.
+func opError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, dialect.ErrInvalid):
+		return UsageError{err}
+	case errors.Is(err, dialect.ErrNotFound):
+		return exitCodeError{code: ExitNotFound, err: err}
+	case errors.Is(err, dialect.ErrWrongState):
+		return exitCodeError{code: ExitWrongState, err: err}
+	}
+	return err
+}
+
+// openOperator opens the queue database (checking its schema) and its Operator.
+func openOperator(ctx context.Context, dsn string) (*queue.Client, dialect.Operator, error) {
+	c, err := openClient(ctx, dsn, false, zerolog.Nop())
+	if err != nil {
+		return nil, nil, err
+	}
+	op, err := dialect.AsOperator(c.Dialect())
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, op, nil
+}
+
+// statusReport is what `status --json` prints.
+type statusReport struct {
+	Processes []dialect.ProcessStatus `json:"processes"`
+	Workers   []workerReport          `json:"workers"`
+	Limits    []dialect.LimitInfo     `json:"limits"`
+}
+
+type workerReport struct {
+	dialect.WorkerStatus
+	State string `json:"state"` // alive, dead or stopped
+}
+
+func newStatusCommand(dsn *string) *cobra.Command {
+	var (
+		all, asJSON, watch bool
+		interval, deadAt   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status [PROCESS]",
+		Short: "Show processes with per-stage progress, workers alive and dead, and limits in use",
+		Long: `Without arguments: every process that has not succeeded (--all for those too)
+with its state and per-stage counts (pending / running / failed / done), the
+workers with their last heartbeat, and the limits with their slots in use.
+
+With PROCESS and --watch: follow the process to its end, with a progress bar per
+stage on a terminal and a line per change otherwise. Exit code 0 when it
+succeeded, 5 when a task failed for good, 3 when the process does not exist.`,
+		Example: `  queuectl status
+  queuectl status nightly --json
+  queuectl status nightly --watch`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			if watch && name == "" {
+				return usageErrorf("--watch follows one process: give its name")
+			}
+			if interval <= 0 || deadAt <= 0 {
+				return usageErrorf("--interval and --dead-after must be positive")
+			}
+			c, op, err := openOperator(cmd.Context(), *dsn)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if watch {
+				return follow(cmd.Context(), op, name, cmd.OutOrStdout(), interval, asJSON)
+			}
+			return printStatus(cmd.Context(), op, cmd.OutOrStdout(), dialect.ProcessFilter{Name: name, All: all}, deadAt, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&all, "all", false, "include processes that succeeded")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&watch, "watch", false, "follow PROCESS to its end with a live progress bar per stage")
+	f.DurationVar(&interval, "interval", 500*time.Millisecond, "how often --watch refreshes")
+	f.DurationVar(&deadAt, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is shown dead")
+	return cmd
+}
+
+func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialect.ProcessFilter, deadAfter time.Duration, asJSON bool) error {
+	procs, err := op.ProcessList(ctx, f)
+	if err != nil {
+		return opError(err)
+	}
+	workers, err := op.WorkerList(ctx)
+	if err != nil {
+		return err
+	}
+	limits, err := op.LimitList(ctx)
+	if err != nil {
+		return err
+	}
+	rep := statusReport{Processes: procs, Limits: limits, Workers: make([]workerReport, len(workers))}
+	for i, wk := range workers {
+		state := "alive"
+		switch {
+		case wk.StoppedAt != nil:
+			state = "stopped"
+		case wk.Now.Sub(wk.HeartbeatAt) > deadAfter:
+			state = "dead"
+		}
+		rep.Workers[i] = workerReport{WorkerStatus: wk, State: state}
+	}
+	if rep.Processes == nil {
+		rep.Processes = []dialect.ProcessStatus{}
+	}
+	if asJSON {
+		return writeJSON(w, rep)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROCESS\tSTATE\tPRIO\tWEIGHT\tMAX\tORDER\tPENDING\tRUNNING\tFAILED\tDONE")
+	for _, p := range rep.Processes {
+		maxPar := "-"
+		if p.MaxParallel != nil {
+			maxPar = fmt.Sprint(*p.MaxParallel)
+		}
+		state := p.State
+		if p.Paused {
+			state += " (paused)"
+		}
+		if len(p.Stages) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t-\t0\t0\t0\t0\n", p.Name, state, p.Priority, p.Weight, maxPar)
+		}
+		for i, s := range p.Stages {
+			if i == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s", p.Name, state, p.Priority, p.Weight, maxPar)
+			} else {
+				fmt.Fprint(tw, "\t\t\t\t")
+			}
+			fmt.Fprintf(tw, "\t%d\t%d\t%d\t%d\t%d\n", s.Order, s.Pending, s.Running, s.Failed, s.Done)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tSTATE\tHOST\tPID\tRUNNING\tCONCURRENCY\tLAST HEARTBEAT")
+	for _, wk := range rep.Workers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s ago\n", wk.ID, wk.State, wk.Hostname, wk.PID, wk.Running,
+			wk.Concurrency, wk.Now.Sub(wk.HeartbeatAt).Round(time.Second))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	return printLimits(w, rep.Limits)
+}
+
+// follow polls a process until it succeeds or fails, drawing a progress bar per
+// stage on a terminal and printing a line per change otherwise (or, with asJSON,
+// one JSON object per change).
+func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, interval time.Duration, asJSON bool) error {
+	f, isFile := w.(*os.File)
+	tty := isFile && isatty.IsTerminal(f.Fd()) && !asJSON
+	var (
+		progress *mpb.Progress
+		bars     = map[int]*mpb.Bar{}
+		last     string
+		mu       sync.Mutex // guards current, read by the bars' decorators
+		current  = map[int]dialect.StageStatus{}
+	)
+	if tty {
+		progress = mpb.NewWithContext(ctx, mpb.WithOutput(w), mpb.WithWidth(40))
+	}
+	finish := func() {
+		if progress == nil {
+			return
+		}
+		for _, b := range bars {
+			if !b.Completed() {
+				b.Abort(false)
+			}
+		}
+		progress.Wait()
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: name})
+		if err != nil {
+			finish()
+			if ctx.Err() != nil {
+				return exitCodeError{code: ExitFailure, err: fmt.Errorf("stopped following process %q: %w", name, ctx.Err())}
+			}
+			return opError(err)
+		}
+		p := ps[0]
+		switch {
+		case tty:
+			mu.Lock()
+			for _, s := range p.Stages {
+				current[s.Order] = s
+			}
+			mu.Unlock()
+			for _, s := range p.Stages {
+				b, ok := bars[s.Order]
+				if !ok {
+					b = progress.AddBar(int64(s.Total()),
+						mpb.PrependDecorators(decor.Name(fmt.Sprintf("stage %-6d", s.Order))),
+						mpb.AppendDecorators(decor.CountersNoUnit("%d/%d"), decor.Any(stageNote(&mu, current, s.Order), decor.WCSyncSpaceR)))
+					bars[s.Order] = b
+				}
+				b.SetTotal(int64(s.Total()), false)
+				b.SetCurrent(int64(s.Done))
+				if s.Pending+s.Running+s.Failed == 0 {
+					b.SetTotal(-1, true)
+				}
+			}
+		default:
+			line := summary(p)
+			if line != last {
+				if asJSON {
+					writeJSONLine(w, p)
+				} else {
+					fmt.Fprintln(w, time.Now().Format(time.TimeOnly), line)
+				}
+				last = line
+			}
+		}
+		switch p.State {
+		case dialect.ProcessSucceeded:
+			finish()
+			if !asJSON {
+				fmt.Fprintf(w, "process %q succeeded\n", name)
+			}
+			return nil
+		case dialect.ProcessFailed:
+			finish()
+			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q failed: a task failed for good (see `queuectl tasks --process %s --state failed`, then retry or discard it)", name, name)}
+		}
+		select {
+		case <-ctx.Done():
+			finish()
+			return exitCodeError{code: ExitFailure, err: fmt.Errorf("stopped following process %q: %w", name, ctx.Err())}
+		case <-ticker.C:
+		}
+	}
+}
+
+// stageNote is a bar's live note: what is running, waiting and failed.
+func stageNote(mu *sync.Mutex, current map[int]dialect.StageStatus, order int) func(decor.Statistics) string {
+	return func(decor.Statistics) string {
+		mu.Lock()
+		s := current[order]
+		mu.Unlock()
+		return fmt.Sprintf(" running %d, pending %d, failed %d", s.Running, s.Pending, s.Failed)
+	}
+}
+
+// summary is a one-line view of a process's progress, for plain output.
+func summary(p dialect.ProcessStatus) string {
+	parts := make([]string, 0, len(p.Stages))
+	for _, s := range p.Stages {
+		parts = append(parts, fmt.Sprintf("stage %d: %d/%d done, %d running, %d pending, %d failed",
+			s.Order, s.Done, s.Total(), s.Running, s.Pending, s.Failed))
+	}
+	return fmt.Sprintf("process %s %s; %s", p.Name, p.State, strings.Join(parts, "; "))
+}
+
+func writeJSONLine(w io.Writer, v any) {
+	// Compact, one object per line, for tools that read a stream.
+	b, err := json.Marshal(v)
+	if err == nil {
+		fmt.Fprintf(w, "%s\n", b)
+	}
+}

@@ -1,0 +1,92 @@
+package queue
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
+)
+
+func TestTickSpecs(t *testing.T) {
+	t0 := time.Date(2026, 3, 28, 10, 0, 0, 500_000_000, time.UTC)
+	iv := intervalSpec{iv: time.Second, anchor: t0}
+	for _, c := range []struct{ at, want time.Time }{
+		{t0.Add(-time.Hour), t0},
+		{t0, t0},
+		{t0.Add(time.Nanosecond), t0.Add(time.Second)},
+		{t0.Add(9*time.Second + 300*time.Millisecond), t0.Add(10 * time.Second)},
+	} {
+		if got := iv.atOrAfter(c.at); !got.Equal(c.want) {
+			t.Errorf("interval atOrAfter(%s) = %s, want %s", c.at, got, c.want)
+		}
+	}
+	// Paris moves to summer time on 2026-03-29: 02:30 local does not exist that
+	// day, and the zone, not the worker's, decides.
+	c, expr, err := parseCron("0 30 6 * * *", "Europe/Paris")
+	if err != nil || expr != "CRON_TZ=Europe/Paris 0 30 6 * * *" {
+		t.Fatalf("parseCron = %q, %v", expr, err)
+	}
+	spec := cronSpec{c}
+	if got, want := spec.next(t0), time.Date(2026, 3, 29, 4, 30, 0, 0, time.UTC); !got.Equal(want) {
+		t.Errorf("next after %s = %s, want %s (06:30 CEST)", t0, got, want)
+	}
+	exact := time.Date(2026, 3, 29, 4, 30, 0, 0, time.UTC)
+	if got := spec.atOrAfter(exact); !got.Equal(exact) {
+		t.Errorf("atOrAfter(a tick) = %s, want the tick itself", got)
+	}
+	five, _, err := parseCron("*/15 * * * *", "") // five fields: minutes first, UTC
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (cronSpec{five}).next(t0); !got.Equal(time.Date(2026, 3, 28, 10, 15, 0, 0, time.UTC)) {
+		t.Errorf("five-field next = %s", got)
+	}
+}
+
+func TestDecideTick(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := dialect.ScheduleInfo{Name: "s", Interval: time.Second, NextRun: t0, Grace: 2 * time.Second, Missed: dialect.MissedSkip}
+	spec := intervalSpec{iv: time.Second, anchor: t0}
+	// Late, but within the grace: enqueued, and the next tick follows on.
+	if d := decideTick(s, spec, t0.Add(1500*time.Millisecond)); !d.enqueue || d.outcome != dialect.RunEnqueued || !d.next.Equal(t0.Add(time.Second)) {
+		t.Errorf("on time: %+v", d)
+	}
+	// Ten seconds late: skip drops the missed ticks and resumes at the first on-time one.
+	now := t0.Add(10*time.Second + 200*time.Millisecond)
+	if d := decideTick(s, spec, now); d.enqueue || d.outcome != dialect.RunMissed || !d.next.Equal(t0.Add(9*time.Second)) {
+		t.Errorf("missed, skip: %+v", d)
+	}
+	s.Missed = dialect.MissedOnce
+	if d := decideTick(s, spec, now); !d.enqueue || d.outcome != dialect.RunCaughtUp || !d.scheduledFor.Equal(t0) || !d.next.Equal(t0.Add(9*time.Second)) {
+		t.Errorf("missed, once: %+v", d)
+	}
+}
+
+func TestScheduleValidate(t *testing.T) {
+	o := 1
+	plan := stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}
+	for _, s := range []Schedule{
+		{Name: "", Every: stages.Duration(time.Second), Plan: plan},
+		{Name: "x", Plan: plan},
+		{Name: "x", Every: stages.Duration(-time.Second), Plan: plan},
+		{Name: "x", Cron: "* * * * *", Every: stages.Duration(time.Second), Plan: plan},
+		{Name: "x", Cron: "61 * * * *", Plan: plan},
+		{Name: "x", Cron: "CRON_TZ=UTC", Plan: plan},
+		{Name: "x", Cron: "@every 5s", Plan: plan},
+		{Name: "x", Cron: "0 0 30 2 *", Plan: plan}, // 30 February never comes
+		{Name: "x", Cron: "* * * * *", TimeZone: "Nowhere/Land", Plan: plan},
+		{Name: "x", Every: stages.Duration(time.Second), Missed: "twice", Plan: plan},
+		{Name: "x", Every: stages.Duration(time.Second), Grace: stages.Duration(-time.Second), Plan: plan},
+		{Name: "x", Every: stages.Duration(time.Second)},
+	} {
+		if _, err := s.validate(); !errors.Is(err, ErrInvalidSchedule) {
+			t.Errorf("%+v: err = %v, want ErrInvalidSchedule", s, err)
+		}
+	}
+	s := Schedule{Name: "ok", Every: stages.Duration(time.Minute), Plan: plan}
+	if _, err := s.validate(); err != nil || s.Missed != dialect.MissedSkip || time.Duration(s.Grace) != DefaultScheduleGrace || s.Plan.Process != "ok" {
+		t.Errorf("defaults: %+v, %v", s, err)
+	}
+}
