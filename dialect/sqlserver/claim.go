@@ -1,0 +1,72 @@
+package sqlserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// claimSQL leases up to @Max tasks to worker @WorkerId with lease token @Token
+// for @LeaseMs milliseconds and writes the start of their Logs rows, in one
+// transaction, through stageq.Claim (migrations/sqlserver/000001_core.up.sql):
+// fair across processes (priority, then stride scheduling), within the
+// concurrency limits, and passing over every row another session holds. In: max,
+// worker id, token, lease ms. Out: the claimed tasks.
+//
+// The batch sets READ COMMITTED (reverted when the batch ends): READPAST is only
+// legal at READ COMMITTED or REPEATABLE READ, and a caller's session might run at
+// another level.
+const claimSQL = `
+SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @Max int = @pMax,
+        @WorkerId nvarchar(200) = @pWorkerId,
+        @Token bigint = @pToken,
+        @LeaseMs int = @pLeaseMs;
+EXEC stageq.Claim @Max = @Max, @WorkerId = @WorkerId, @Token = @Token, @LeaseMs = @LeaseMs;`
+
+// maxClaim bounds one claim; the claim's rounds, locks and result stay small.
+const maxClaim = 1000
+
+// TaskClaim implements dialect.Dialect. A claim that failed on a deadlock or a
+// broken connection is retried: if its commit happened before the connection
+// broke, those tasks are rescued when their lease expires (at-least-once).
+func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
+	if cp.Max <= 0 {
+		return nil, nil
+	}
+	if err := checkLen("worker id", cp.WorkerID, maxName); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	leaseMs := millis(cp.Lease)
+	if leaseMs < 1 || leaseMs > 1<<31-1 {
+		return nil, fmt.Errorf("claim: %w: lease must be between 1 ms and 24 days, got %s", dialect.ErrInvalid, cp.Lease)
+	}
+	var out []dialect.ClaimedTask
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		out = nil
+		rows, err := d.db.QueryContext(ctx, claimSQL,
+			integer("pMax", int32(min(cp.Max, maxClaim))),
+			nvarchar("pWorkerId", cp.WorkerID),
+			bigint("pToken", cp.Token),
+			integer("pLeaseMs", int32(leaseMs)))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t := dialect.ClaimedTask{Token: cp.Token}
+			if err := rows.Scan(&t.ID, &t.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body,
+				&t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", mapErr(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,136 @@
+package sqlserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	mssql "github.com/microsoft/go-mssqldb"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want errorClass
+	}{
+		{mssql.Error{Number: 1205, Message: "deadlock victim"}, classRolledBack},
+		{fmt.Errorf("claim: %w", mssql.Error{Number: 1222}), classRolledBack},
+		{mssql.Error{Number: 40613}, classRolledBack},
+		{mssql.Error{Number: 40501}, classRolledBack},
+		{mssql.Error{Number: 40197}, classBroken},
+		{mssql.Error{Number: 10054}, classBroken},
+		{io.EOF, classBroken},
+		{mssql.Error{Number: 50003, Message: "stageq: task 1 is invalid"}, classFinal},
+		{mssql.Error{Number: 208, Message: "Invalid object name"}, classFinal},
+		{errors.New("other"), classFinal},
+	} {
+		if got := classify(c.err); got != c.want {
+			t.Errorf("classify(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+func TestMapErr(t *testing.T) {
+	for _, n := range []int32{50001, 50003, 50010, 547, 515, 2628, 8152} {
+		err := mapErr(mssql.Error{Number: n, Message: "stageq: task 2 is invalid: body must not be empty"})
+		if !errors.Is(err, dialect.ErrInvalid) {
+			t.Errorf("error %d: %v is not ErrInvalid", n, err)
+		}
+		if strings.Contains(err.Error(), "stageq: task") {
+			t.Errorf("error %d: the stageq: prefix stays: %v", n, err)
+		}
+	}
+	if err := mapErr(mssql.Error{Number: 1205}); errors.Is(err, dialect.ErrInvalid) {
+		t.Errorf("a deadlock mapped to ErrInvalid: %v", err)
+	}
+	if !isUniqueViolation(fmt.Errorf("x: %w", mssql.Error{Number: 2627})) || isUniqueViolation(mssql.Error{Number: 547}) {
+		t.Error("isUniqueViolation")
+	}
+	if !IsRetryable(mssql.Error{Number: 1205}) || IsRetryable(mssql.Error{Number: 10054}) {
+		t.Error("IsRetryable: only errors after which the server rolled back")
+	}
+}
+
+func TestRetry(t *testing.T) {
+	d := &SQLServer{}
+	ctx := context.Background()
+
+	calls := 0
+	err := d.retry(ctx, retrySafe, func(context.Context) error {
+		calls++
+		if calls < 3 {
+			return mssql.Error{Number: 1205}
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("deadlock twice then success: err %v after %d calls", err, calls)
+	}
+
+	calls = 0
+	err = d.retry(ctx, retrySafe, func(context.Context) error { calls++; return io.EOF })
+	if err == nil || calls != 1 {
+		t.Errorf("retrySafe retried a broken connection (%d calls)", calls)
+	}
+
+	calls = 0
+	err = d.retry(ctx, retryAll, func(context.Context) error { calls++; return mssql.Error{Number: 50003} })
+	if err == nil || calls != 1 {
+		t.Errorf("a validation error was retried (%d calls)", calls)
+	}
+
+	calls = 0
+	err = d.retry(ctx, retryAll, func(context.Context) error { calls++; return mssql.Error{Number: 1205} })
+	if err == nil || calls != retryAttempts {
+		t.Errorf("a deadlock every time: %d calls, want %d, err %v", calls, retryAttempts, err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	calls = 0
+	err = d.retry(cctx, retryAll, func(context.Context) error { calls++; return mssql.Error{Number: 40613} })
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Errorf("a cancelled context: %d calls, err %v", calls, err)
+	}
+}
+
+func TestRedaction(t *testing.T) {
+	for _, dsn := range []string{
+		"sqlserver://sa:s3cret-pw@db:1433?database=stageq",
+		"sqlserver://sa:s3cret-pw@db:badport?database=stageq",
+		"sqlserver://db:1433?database=stageq&password=s3cret-pw",
+	} {
+		if r := redactDSN(dsn); strings.Contains(r, "s3cret-pw") {
+			t.Errorf("redactDSN(%q) = %q", dsn, r)
+		}
+		msg := scrub(`parse "`+dsn+`": invalid port`, dsn)
+		if strings.Contains(msg, "s3cret-pw") {
+			t.Errorf("scrub kept the password: %q", msg)
+		}
+	}
+	_, err := Open(context.Background(), "sqlserver://sa:s3cret-pw@db:badport?database=stageq")
+	if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Errorf("Open with a bad port: %v", err)
+	}
+}
+
+func TestChecks(t *testing.T) {
+	if err := checkLen("worker id", strings.Repeat("é", 200), maxName); err != nil {
+		t.Errorf("200 characters refused: %v", err)
+	}
+	if err := checkLen("worker id", strings.Repeat("x", 201), maxName); !errors.Is(err, dialect.ErrInvalid) {
+		t.Errorf("201 characters: %v", err)
+	}
+	// A character outside the BMP takes two UTF-16 code units in nvarchar.
+	if err := checkLen("worker id", strings.Repeat("😀", 101), maxName); !errors.Is(err, dialect.ErrInvalid) {
+		t.Errorf("101 emoji (202 code units): %v", err)
+	}
+	if clampInt32(1<<40) != 1<<31-1 || clampInt32(-1<<40) != -1<<31 || clampInt32(7) != 7 {
+		t.Error("clampInt32")
+	}
+}

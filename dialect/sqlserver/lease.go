@@ -1,0 +1,89 @@
+package sqlserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// extendSQL pushes back, by @LeaseMs from the database's now, the lease of every
+// task worker @WorkerId holds, and returns their ids. A task the worker believes
+// it holds but that is missing here was rescued and must be abandoned. In: worker
+// id, lease ms. Out: task ids.
+//
+// Locks: a seek on IX_Tasks_Worker (update locks on the worker's own entries),
+// then the clustered rows and IX_Tasks_Lease entries (exclusive). Finish and
+// Rescue reach a running task through IX_Tasks_Worker too, so they queue behind
+// this statement (or it behind them) instead of deadlocking; lease_expires_at is
+// in no index the claim, the barrier or a slot count reads.
+const extendSQL = `
+SET NOCOUNT ON;
+DECLARE @WorkerId nvarchar(200) = @pWorkerId,
+        @LeaseMs int = @pLeaseMs;
+UPDATE t
+   SET lease_expires_at = DATEADD(millisecond, @LeaseMs, SYSUTCDATETIME())
+OUTPUT inserted.id
+  FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Worker))
+ WHERE t.worker_id = @WorkerId AND t.state = 'running';`
+
+// TaskExtendLeases implements dialect.Dialect. Idempotent, so retried.
+func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]int64, error) {
+	if err := checkLen("worker id", ep.WorkerID, maxName); err != nil {
+		return nil, fmt.Errorf("extend leases: %w", err)
+	}
+	leaseMs := millis(ep.Lease)
+	if leaseMs < 1 || leaseMs > 1<<31-1 {
+		return nil, fmt.Errorf("extend leases: %w: lease must be between 1 ms and 24 days, got %s", dialect.ErrInvalid, ep.Lease)
+	}
+	var ids []int64
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		ids = nil
+		rows, err := d.db.QueryContext(ctx, extendSQL,
+			nvarchar("pWorkerId", ep.WorkerID),
+			integer("pLeaseMs", int32(leaseMs)))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
+	}
+	return ids, nil
+}
+
+// rescueSQL calls stageq.Rescue: up to @Max tasks whose lease expired go back to
+// the queue (or fail when out of attempts), one short transaction per task. In:
+// rows per pass (1..1000). Out: how many it rescued.
+const rescueSQL = `
+SET NOCOUNT ON;
+DECLARE @Max int = @pMax,
+        @Rescued int = 0;
+EXEC stageq.Rescue @Max = @Max, @Rescued = @Rescued OUTPUT;
+SELECT @Rescued;`
+
+// TaskRescueExpired implements dialect.Dialect. Each task is re-checked under its
+// locks, so running a pass again is harmless: retried.
+func (d *SQLServer) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams) (int, error) {
+	n := rp.Max
+	if n <= 0 {
+		n = 100
+	}
+	var rescued int
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, rescueSQL, integer("pMax", int32(min(n, 1000)))).Scan(&rescued)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rescue expired leases: %w", mapErr(err))
+	}
+	return rescued, nil
+}

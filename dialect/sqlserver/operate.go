@@ -1,0 +1,598 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+var _ dialect.Operator = (*SQLServer)(nil)
+
+// Operator commands (queuectl). Each change runs as one batch with its own
+// transaction (nested in the caller's when ProcessConfigure is given one), in the
+// queue's lock order: the process row with UPDLOCK first, then its task rows, then
+// stageq.OpenStage, which re-derives the stage and the run-queue state. Bulk changes
+// go 1,000 rows per statement, below the lock-escalation threshold, and
+// processes.failed_tasks is recounted from the task rows (a seek on IX_Tasks_Ready)
+// after every change.
+
+// processOpSQL changes one process, named @Name, under its row lock. @Op is
+// 'configure' (priority, weight, max_parallel: each applied when its flag is set;
+// max_parallel 0 removes the cap), 'pause' / 'resume', 'retry' (failed tasks run
+// again with fresh attempts, blocked when their stage is not the open one),
+// 'discard' (failed tasks removed as finished) or 'cancel' (every task that is not
+// running removed). Out: found (0/1), rows changed, tasks still running.
+const processOpSQL = `
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @Name nvarchar(400) = @pName,
+        @Op varchar(10) = @pOp,
+        @Priority int = @pPriority,
+        @SetPriority bit = @pSetPriority,
+        @Weight int = @pWeight,
+        @SetWeight bit = @pSetWeight,
+        @MaxParallel int = @pMaxParallel,
+        @SetMaxParallel bit = @pSetMaxParallel,
+        @Pid bigint, @Cur int, @Rows int = 0, @Batch int, @Running int = 0,
+        @Now datetime2(7) = SYSUTCDATETIME();
+BEGIN TRANSACTION;
+SELECT @Pid = p.id, @Cur = p.current_order
+  FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(UQ_Processes_name))
+ WHERE p.name = @Name;
+IF @Pid IS NOT NULL
+BEGIN
+    IF @Op = 'configure'
+    BEGIN
+        UPDATE stageq.Processes
+           SET priority = CASE WHEN @SetPriority = 1 THEN @Priority ELSE priority END,
+               weight = CASE WHEN @SetWeight = 1 THEN @Weight ELSE weight END,
+               max_parallel = CASE WHEN @SetMaxParallel = 0 THEN max_parallel
+                                   WHEN @MaxParallel = 0 THEN NULL ELSE @MaxParallel END,
+               updated_at = @Now
+         WHERE id = @Pid;
+        SET @Rows = @@ROWCOUNT;
+    END
+    ELSE IF @Op IN ('pause', 'resume')
+    BEGIN
+        UPDATE stageq.Processes SET paused = CASE WHEN @Op = 'pause' THEN 1 ELSE 0 END, updated_at = @Now
+         WHERE id = @Pid;
+        SET @Rows = @@ROWCOUNT;
+    END
+    ELSE IF @Op = 'retry'
+    BEGIN
+        WHILE 1 = 1
+        BEGIN
+            UPDATE TOP (1000) t
+               SET state = CASE WHEN t.execution_order = @Cur THEN 'available' ELSE 'blocked' END,
+                   attempt = 0, run_at = @Now
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Ready))
+             WHERE t.process_id = @Pid AND t.state = 'failed';
+            SET @Batch = @@ROWCOUNT;
+            SET @Rows = @Rows + @Batch;
+            IF @Batch < 1000 BREAK;
+        END;
+    END
+    ELSE IF @Op = 'discard'
+    BEGIN
+        WHILE 1 = 1
+        BEGIN
+            DELETE TOP (1000) t
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Ready))
+             WHERE t.process_id = @Pid AND t.state = 'failed';
+            SET @Batch = @@ROWCOUNT;
+            SET @Rows = @Rows + @Batch;
+            IF @Batch < 1000 BREAK;
+        END;
+    END
+    ELSE IF @Op = 'cancel'
+    BEGIN
+        WHILE 1 = 1
+        BEGIN
+            DELETE TOP (1000) t
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Ready))
+             WHERE t.process_id = @Pid AND t.state IN ('blocked', 'available', 'failed');
+            SET @Batch = @@ROWCOUNT;
+            SET @Rows = @Rows + @Batch;
+            IF @Batch < 1000 BREAK;
+        END;
+    END
+    ELSE
+        THROW 50006, N'stageq: unknown process operation', 1;
+
+    SELECT @Running = COUNT(*)
+      FROM stageq.Tasks AS r WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Ready))
+     WHERE r.process_id = @Pid AND r.state = 'running';
+    UPDATE stageq.Processes
+       SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Ready))
+                            WHERE f.process_id = @Pid AND f.state = 'failed')
+     WHERE id = @Pid;
+    EXEC stageq.OpenStage @ProcessId = @Pid;
+END;
+COMMIT TRANSACTION;
+SELECT CASE WHEN @Pid IS NULL THEN 0 ELSE 1 END, @Rows, @Running;`
+
+// processOp runs processOpSQL. q is the caller's transaction, or nil for the pool.
+func (d *SQLServer) processOp(ctx context.Context, q dialect.Querier, name, op string, s dialect.ProcessSettings) (rows, running int, err error) {
+	if err := checkLen("process name", name, maxName); err != nil {
+		return 0, 0, err
+	}
+	var found int
+	run := func(ctx context.Context) error {
+		return q.QueryRowContext(ctx, processOpSQL,
+			nvarchar("pName", name),
+			nvarchar("pOp", op),
+			integer("pPriority", optInt(s.Priority)), bit("pSetPriority", s.Priority != nil),
+			integer("pWeight", optInt(s.Weight)), bit("pSetWeight", s.Weight != nil),
+			integer("pMaxParallel", optInt(s.MaxParallel)), bit("pSetMaxParallel", s.MaxParallel != nil)).Scan(&found, &rows, &running)
+	}
+	if q == nil {
+		q = d.db
+		err = d.retry(ctx, retrySafe, run)
+	} else {
+		err = run(ctx)
+	}
+	if err != nil {
+		return 0, 0, mapErr(err)
+	}
+	if found == 0 {
+		return 0, 0, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
+	}
+	return rows, running, nil
+}
+
+// ProcessConfigure implements dialect.Operator.
+func (d *SQLServer) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, s dialect.ProcessSettings) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("configure process %q: %w", name, err)
+	}
+	if _, pool := q.(*sql.DB); pool {
+		q = nil
+	}
+	if _, _, err := d.processOp(ctx, q, name, "configure", s); err != nil {
+		return fmt.Errorf("configure process %q: %w", name, err)
+	}
+	return nil
+}
+
+// ProcessSetPaused implements dialect.Operator.
+func (d *SQLServer) ProcessSetPaused(ctx context.Context, name string, paused bool) error {
+	op := "resume"
+	if paused {
+		op = "pause"
+	}
+	if _, _, err := d.processOp(ctx, nil, name, op, dialect.ProcessSettings{}); err != nil {
+		return fmt.Errorf("%s process %q: %w", op, name, err)
+	}
+	return nil
+}
+
+// ProcessRetry implements dialect.Operator.
+func (d *SQLServer) ProcessRetry(ctx context.Context, name string) (int, error) {
+	n, _, err := d.processOp(ctx, nil, name, "retry", dialect.ProcessSettings{})
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: it has no failed tasks", dialect.ErrWrongState)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retry process %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// ProcessDiscard implements dialect.Operator.
+func (d *SQLServer) ProcessDiscard(ctx context.Context, name string) (int, error) {
+	n, _, err := d.processOp(ctx, nil, name, "discard", dialect.ProcessSettings{})
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%w: it has no failed tasks", dialect.ErrWrongState)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("discard process %q: %w", name, err)
+	}
+	return n, nil
+}
+
+// ProcessCancel implements dialect.Operator.
+func (d *SQLServer) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
+	removed, running, err = d.processOp(ctx, nil, name, "cancel", dialect.ProcessSettings{})
+	if err == nil && removed == 0 {
+		err = fmt.Errorf("%w: it has no waiting or failed tasks (%d running)", dialect.ErrWrongState, running)
+	}
+	if err != nil {
+		return 0, running, fmt.Errorf("cancel process %q: %w", name, err)
+	}
+	return removed, running, nil
+}
+
+// taskOpSQL retries, discards or cancels one task (@Op 'retry', 'discard',
+// 'cancel'). The task's process id is read holding nothing; then the process row
+// is locked, then the task row, whose state decides: retry and discard need a
+// failed task, cancel one that is not running. Out: found (0/1), the task's state
+// and worker, rows changed (0: not allowed in that state).
+const taskOpSQL = `
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @TaskId bigint = @pTaskId,
+        @Op varchar(10) = @pOp,
+        @Pid bigint, @Cur int, @State varchar(20), @Worker nvarchar(200), @Rows int = 0,
+        @Now datetime2(7) = SYSUTCDATETIME();
+SELECT @Pid = t.process_id FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;
+IF @Pid IS NOT NULL
+BEGIN
+    BEGIN TRANSACTION;
+    SELECT @Cur = p.current_order
+      FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes))
+     WHERE p.id = @Pid;
+    SELECT @State = t.state, @Worker = t.worker_id
+      FROM stageq.Tasks AS t WITH (UPDLOCK, ROWLOCK, INDEX(PK_Tasks))
+     WHERE t.id = @TaskId;
+    IF (@Op IN ('retry', 'discard') AND @State = 'failed') OR (@Op = 'cancel' AND @State <> 'running')
+    BEGIN
+        IF @Op = 'retry'
+            UPDATE t
+               SET state = CASE WHEN t.execution_order = @Cur THEN 'available' ELSE 'blocked' END,
+                   attempt = 0, run_at = @Now
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks))
+             WHERE t.id = @TaskId;
+        ELSE
+            DELETE t FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;
+        SET @Rows = @@ROWCOUNT;
+        UPDATE stageq.Processes
+           SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Ready))
+                                WHERE f.process_id = @Pid AND f.state = 'failed')
+         WHERE id = @Pid;
+        EXEC stageq.OpenStage @ProcessId = @Pid;
+    END;
+    COMMIT TRANSACTION;
+END;
+SELECT CASE WHEN @State IS NULL THEN 0 ELSE 1 END, COALESCE(@State, ''), COALESCE(@Worker, N''), @Rows;`
+
+func (d *SQLServer) taskOp(ctx context.Context, id int64, op string, allow func(state, worker string) error) error {
+	var found, rows int
+	var state, worker string
+	err := d.retry(ctx, retrySafe, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, taskOpSQL, bigint("pTaskId", id), nvarchar("pOp", op)).Scan(&found, &state, &worker, &rows)
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s task %d: %w", op, id, mapErr(err))
+	case found == 0:
+		return fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, dialect.ErrNotFound)
+	case rows == 0:
+		if err := allow(state, worker); err != nil {
+			return fmt.Errorf("%s task %d: %w", op, id, err)
+		}
+		return fmt.Errorf("%s task %d: %w: it changed meanwhile", op, id, dialect.ErrWrongState)
+	}
+	return nil
+}
+
+// TaskRetry implements dialect.Operator.
+func (d *SQLServer) TaskRetry(ctx context.Context, id int64) error {
+	return d.taskOp(ctx, id, "retry", dialect.AllowRetry)
+}
+
+// TaskDiscard implements dialect.Operator.
+func (d *SQLServer) TaskDiscard(ctx context.Context, id int64) error {
+	return d.taskOp(ctx, id, "discard", dialect.AllowDiscard)
+}
+
+// TaskCancel implements dialect.Operator.
+func (d *SQLServer) TaskCancel(ctx context.Context, id int64) error {
+	return d.taskOp(ctx, id, "cancel", dialect.AllowCancel)
+}
+
+// processListSQL reads processes. In: name (empty for all), include succeeded.
+// Out: id, name, state, paused, current order, priority, weight, max_parallel.
+const processListSQL = `
+SET NOCOUNT ON;
+DECLARE @Name nvarchar(400) = @pName,
+        @All bit = @pAll;
+SELECT p.id, p.name, p.state, p.paused, p.current_order, p.priority, p.weight, p.max_parallel
+  FROM stageq.Processes AS p
+ WHERE (@Name = N'' OR p.name = @Name) AND (@All = 1 OR @Name <> N'' OR p.state <> 'succeeded')
+ ORDER BY p.name
+OPTION (RECOMPILE);`
+
+// stageCountSQL counts the queued tasks per process, stage and state. In: as
+// processListSQL. Out: process id, order, pending, running, failed.
+const stageCountSQL = `
+SET NOCOUNT ON;
+DECLARE @Name nvarchar(400) = @pName,
+        @All bit = @pAll;
+SELECT t.process_id, t.execution_order,
+       SUM(CASE WHEN t.state IN ('blocked', 'available') THEN 1 ELSE 0 END),
+       SUM(CASE WHEN t.state = 'running' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN t.state = 'failed' THEN 1 ELSE 0 END)
+  FROM stageq.Tasks AS t
+  JOIN stageq.Processes AS p ON p.id = t.process_id
+ WHERE (@Name = N'' OR p.name = @Name) AND (@All = 1 OR @Name <> N'' OR p.state <> 'succeeded')
+ GROUP BY t.process_id, t.execution_order
+OPTION (RECOMPILE);`
+
+// stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks). In:
+// as processListSQL. Out: process id, order, done.
+const stageDoneSQL = `
+SET NOCOUNT ON;
+DECLARE @Name nvarchar(400) = @pName,
+        @All bit = @pAll;
+SELECT l.process_id, l.execution_order, COUNT(DISTINCT l.task_id)
+  FROM stageq.Logs AS l
+  JOIN stageq.Processes AS p ON p.id = l.process_id
+ WHERE (@Name = N'' OR p.name = @Name) AND (@All = 1 OR @Name <> N'' OR p.state <> 'succeeded')
+   AND l.outcome = 'succeeded'
+ GROUP BY l.process_id, l.execution_order
+OPTION (RECOMPILE);`
+
+// ProcessList implements dialect.Operator.
+func (d *SQLServer) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
+	var out []dialect.ProcessStatus
+	index := map[int64]int{}
+	stages := map[[2]int64]*dialect.StageStatus{}
+	stage := func(pid int64, order int) *dialect.StageStatus {
+		k := [2]int64{pid, int64(order)}
+		if s, ok := stages[k]; ok {
+			return s
+		}
+		s := &dialect.StageStatus{Order: order}
+		stages[k] = s
+		return s
+	}
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		out, index, stages = nil, map[int64]int{}, map[[2]int64]*dialect.StageStatus{}
+		rows, err := d.db.QueryContext(ctx, processListSQL, nvarchar("pName", f.Name), bit("pAll", f.All))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var p dialect.ProcessStatus
+			var cur, maxPar sql.NullInt64
+			if err := rows.Scan(&p.ID, &p.Name, &p.State, &p.Paused, &cur, &p.Priority, &p.Weight, &maxPar); err != nil {
+				rows.Close()
+				return err
+			}
+			if cur.Valid {
+				c := int(cur.Int64)
+				p.CurrentOrder = &c
+			}
+			if maxPar.Valid {
+				m := int(maxPar.Int64)
+				p.MaxParallel = &m
+			}
+			index[p.ID] = len(out)
+			out = append(out, p)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		rows, err = d.db.QueryContext(ctx, stageCountSQL, nvarchar("pName", f.Name), bit("pAll", f.All))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var pid int64
+			var order, pending, running, failed int
+			if err := rows.Scan(&pid, &order, &pending, &running, &failed); err != nil {
+				rows.Close()
+				return err
+			}
+			s := stage(pid, order)
+			s.Pending, s.Running, s.Failed = pending, running, failed
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		rows, err = d.db.QueryContext(ctx, stageDoneSQL, nvarchar("pName", f.Name), bit("pAll", f.All))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var pid int64
+			var order, done int
+			if err := rows.Scan(&pid, &order, &done); err != nil {
+				rows.Close()
+				return err
+			}
+			stage(pid, order).Done = done
+		}
+		return rows.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", mapErr(err))
+	}
+	if f.Name != "" && len(out) == 0 {
+		return nil, fmt.Errorf("process %q: %w", f.Name, dialect.ErrNotFound)
+	}
+	for k, s := range stages {
+		if i, ok := index[k[0]]; ok {
+			out[i].Stages = append(out[i].Stages, *s)
+		}
+	}
+	for i := range out {
+		sort.Slice(out[i].Stages, func(a, b int) bool { return out[i].Stages[a].Order < out[i].Stages[b].Order })
+	}
+	return out, nil
+}
+
+// workerListSQL reads the Workers table with each worker's running tasks and the
+// database's now, most recent heartbeat first. No parameters.
+const workerListSQL = `
+SET NOCOUNT ON;
+SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartbeat_at, w.stopped_at,
+       (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Worker))
+         WHERE t.worker_id = w.id AND t.state = 'running'),
+       SYSUTCDATETIME()
+  FROM stageq.Workers AS w
+ ORDER BY w.heartbeat_at DESC, w.id;`
+
+// WorkerList implements dialect.Operator.
+func (d *SQLServer) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
+	var out []dialect.WorkerStatus
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		out = nil
+		rows, err := d.db.QueryContext(ctx, workerListSQL)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var w dialect.WorkerStatus
+			var stopped sql.NullTime
+			if err := rows.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &w.StartedAt,
+				&w.HeartbeatAt, &stopped, &w.Running, &w.Now); err != nil {
+				return err
+			}
+			if stopped.Valid {
+				w.StoppedAt = &stopped.Time
+			}
+			out = append(out, w)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// Limits live in stageq.Limits (named keys and 'kind:KIND') and in
+// Processes.max_parallel ('process:NAME'). None is a counter: the slots in use
+// are the running tasks that match, counted by stageq.Claim under the limit row's
+// update lock, so a change takes effect at the next claim and a crashed holder's
+// slot returns exactly when its lease is rescued.
+
+// limitUpsertSQL creates or changes a limit. In: key, max. UPDLOCK + SERIALIZABLE
+// make "update, else insert" atomic.
+const limitUpsertSQL = `
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @Key nvarchar(200) = @pKey,
+        @Max int = @pMax;
+BEGIN TRANSACTION;
+UPDATE l SET max_running = @Max, updated_at = SYSUTCDATETIME()
+  FROM stageq.Limits AS l WITH (UPDLOCK, SERIALIZABLE, ROWLOCK)
+ WHERE l.[key] = @Key;
+IF @@ROWCOUNT = 0
+    INSERT INTO stageq.Limits ([key], max_running) VALUES (@Key, @Max);
+COMMIT TRANSACTION;`
+
+// LimitSet implements dialect.Operator.
+func (d *SQLServer) LimitSet(ctx context.Context, key string, max int) error {
+	if err := dialect.ValidateLimit(key, max); err != nil {
+		return fmt.Errorf("set limit: %w", err)
+	}
+	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
+		return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
+	}
+	if err := checkLen("limit key", key, maxName); err != nil {
+		return fmt.Errorf("set limit: %w", err)
+	}
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		_, err := d.db.ExecContext(ctx, limitUpsertSQL, nvarchar("pKey", key), integer("pMax", clampInt32(int64(max))))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set limit %q: %w", key, mapErr(err))
+	}
+	return nil
+}
+
+// limitListSQL reads limits with their slots in use. In: key (empty for all). Out:
+// key, max, updated_at, running.
+const limitListSQL = `
+SET NOCOUNT ON;
+DECLARE @Key nvarchar(400) = @pKey;
+SELECT l.[key], l.max_running, l.updated_at,
+       CASE WHEN l.[key] LIKE N'kind:%'
+            THEN (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_RunningKind))
+                   WHERE t.kind = SUBSTRING(l.[key], 6, 200) AND t.state = 'running')
+            ELSE (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_RunningLimit))
+                   WHERE t.limit_key = l.[key] AND t.state = 'running')
+       END
+  FROM stageq.Limits AS l
+ WHERE @Key = N'' OR l.[key] = @Key
+UNION ALL
+SELECT CONCAT(N'process:', p.name), p.max_parallel, p.updated_at,
+       (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Ready))
+         WHERE t.process_id = p.id AND t.state = 'running')
+  FROM stageq.Processes AS p
+ WHERE p.max_parallel IS NOT NULL AND (@Key = N'' OR CONCAT(N'process:', p.name) = @Key)
+ ORDER BY 1
+OPTION (RECOMPILE);`
+
+// LimitGet implements dialect.Operator.
+func (d *SQLServer) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
+	ls, err := d.limitList(ctx, key)
+	if err != nil {
+		return dialect.LimitInfo{}, err
+	}
+	if len(ls) == 0 {
+		return dialect.LimitInfo{}, fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return ls[0], nil
+}
+
+// LimitList implements dialect.Operator.
+func (d *SQLServer) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
+	return d.limitList(ctx, "")
+}
+
+func (d *SQLServer) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
+	var out []dialect.LimitInfo
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		out = nil
+		rows, err := d.db.QueryContext(ctx, limitListSQL, nvarchar("pKey", key))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l dialect.LimitInfo
+			if err := rows.Scan(&l.Key, &l.Max, &l.UpdatedAt, &l.Running); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list limits: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// limitDeleteSQL removes a limit. In: key. Out: rows removed.
+const limitDeleteSQL = `
+SET NOCOUNT ON;
+DECLARE @Key nvarchar(200) = @pKey;
+DELETE FROM stageq.Limits WHERE [key] = @Key;
+SELECT @@ROWCOUNT;`
+
+// LimitDelete implements dialect.Operator.
+func (d *SQLServer) LimitDelete(ctx context.Context, key string) error {
+	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
+		if _, err := d.LimitGet(ctx, key); err != nil {
+			return fmt.Errorf("delete limit: %w", err)
+		}
+		none := 0
+		return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
+	}
+	if err := checkLen("limit key", key, maxName); err != nil {
+		return fmt.Errorf("delete limit: %w", err)
+	}
+	var n int
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, limitDeleteSQL, nvarchar("pKey", key)).Scan(&n)
+	})
+	if err != nil {
+		return fmt.Errorf("delete limit %q: %w", key, mapErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return nil
+}

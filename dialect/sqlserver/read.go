@@ -1,0 +1,163 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// Reads for operators (queuectl, tests). They take no locks beyond the default
+// READ COMMITTED reads: on a database with READ_COMMITTED_SNAPSHOT on they read
+// row versions and block nobody. Their filters are optional, so each statement
+// ends with OPTION (RECOMPILE): the plan is built for the filters actually given
+// (a seek on the right index) and is not cached, so these few statements add
+// nothing to the plan cache either.
+
+// logListSQL reads Logs oldest first. In: process name, task id, worker id,
+// outcome (empty or 0: no filter), started at or after, row limit. Out: log rows.
+const logListSQL = `
+SET NOCOUNT ON;
+DECLARE @Process nvarchar(400) = @pProcess,
+        @TaskId bigint = @pTaskId,
+        @WorkerId nvarchar(400) = @pWorkerId,
+        @Outcome varchar(20) = @pOutcome,
+        @Since datetime2(7) = @pSince,
+        @Limit int = @pLimit;
+SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_order, l.kind, l.body,
+       l.worker_id, l.attempt, l.started_at, l.ended_at, l.outcome, COALESCE(l.error, N''), l.retry_at
+  FROM stageq.Logs AS l
+ WHERE (@Process = N'' OR l.process_name = @Process)
+   AND (@TaskId = 0 OR l.task_id = @TaskId)
+   AND (@WorkerId = N'' OR l.worker_id = @WorkerId)
+   AND (@Outcome = '' OR l.outcome = @Outcome)
+   AND l.started_at >= @Since
+ ORDER BY l.started_at, l.id
+OPTION (RECOMPILE);`
+
+// LogList implements dialect.Dialect.
+func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
+	limit := int32(1<<31 - 1)
+	if f.Limit > 0 {
+		limit = clampInt32(int64(f.Limit))
+	}
+	since := f.Since
+	if since.IsZero() {
+		since = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	var out []dialect.LogEntry
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		out = nil
+		rows, err := d.db.QueryContext(ctx, logListSQL,
+			nvarchar("pProcess", f.Process),
+			bigint("pTaskId", f.TaskID),
+			nvarchar("pWorkerId", f.WorkerID),
+			nvarchar("pOutcome", string(f.Outcome)),
+			datetime2("pSince", since),
+			integer("pLimit", limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e dialect.LogEntry
+			var ended, retry sql.NullTime
+			var outcome string
+			if err := rows.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
+				&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry); err != nil {
+				return err
+			}
+			e.Outcome = dialect.Outcome(outcome)
+			if ended.Valid {
+				e.EndedAt = &ended.Time
+			}
+			if retry.Valid {
+				e.RetryAt = &retry.Time
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list logs: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// taskListSQL reads the tasks still queued. In: process name, state (empty for
+// all), row limit. Out: tasks by process, order and id.
+const taskListSQL = `
+SET NOCOUNT ON;
+DECLARE @Process nvarchar(400) = @pProcess,
+        @State varchar(20) = @pState,
+        @Limit int = @pLimit;
+SELECT TOP (@Limit) t.id, t.process_name, t.execution_order, t.kind, t.body, t.state, t.attempt,
+       t.max_attempts, t.priority, t.run_at, COALESCE(t.worker_id, N''), COALESCE(t.last_error, N'')
+  FROM stageq.Tasks AS t
+ WHERE (@Process = N'' OR t.process_name = @Process)
+   AND (@State = '' OR t.state = @State)
+ ORDER BY t.process_name, t.execution_order, t.id
+OPTION (RECOMPILE);`
+
+// TaskList implements dialect.Dialect.
+func (d *SQLServer) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
+	limit := int32(1<<31 - 1)
+	if f.Limit > 0 {
+		limit = clampInt32(int64(f.Limit))
+	}
+	var out []dialect.TaskInfo
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		out = nil
+		rows, err := d.db.QueryContext(ctx, taskListSQL,
+			nvarchar("pProcess", f.Process),
+			nvarchar("pState", f.State),
+			integer("pLimit", limit))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var t dialect.TaskInfo
+			if err := rows.Scan(&t.ID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
+				&t.MaxAttempts, &t.Priority, &t.RunAt, &t.WorkerID, &t.LastError); err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// processGetSQL reads one process. In: name. Out: id, name, state, current order.
+// A seek on UQ_Processes_name.
+const processGetSQL = `
+SET NOCOUNT ON;
+DECLARE @Name nvarchar(400) = @pName;
+SELECT p.id, p.name, p.state, p.current_order FROM stageq.Processes AS p WHERE p.name = @Name;`
+
+// ProcessGet implements dialect.Dialect.
+func (d *SQLServer) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo, error) {
+	var pi dialect.ProcessInfo
+	var cur sql.NullInt64
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, processGetSQL, nvarchar("pName", name)).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return pi, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
+	}
+	if err != nil {
+		return pi, fmt.Errorf("get process %q: %w", name, mapErr(err))
+	}
+	if cur.Valid {
+		c := int(cur.Int64)
+		pi.CurrentOrder = &c
+	}
+	return pi, nil
+}

@@ -1,0 +1,142 @@
+// Package sqlserver is stageq's SQL Server dialect (github.com/microsoft/go-mssqldb,
+// driver name "sqlserver"). DSN: sqlserver://user:password@host:1433?database=name.
+//
+// The stage barrier, the fair claim and the limits live in the procedures the
+// migrations install (migrations/sqlserver: stageq.Claim, stageq.Submit,
+// stageq.Finish, stageq.Rescue, stageq.OpenStage, stageq.RefreshProcess,
+// stageq.Enqueue). Every statement this package sends is a named constant directly
+// above the method that runs it, listed in statements.go and checked by
+// statements_test.go: each parameter is copied into a local variable of the
+// column's exact type and size, so the parameter declaration the driver sends is
+// the same on every call and SQL Server keeps one plan per statement.
+//
+// None of this has been run against a real SQL Server yet: see docs/sqlserver.md.
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+
+	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/microsoft/go-mssqldb/msdsn"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+func init() {
+	dialect.Register("sqlserver", Open)
+}
+
+// SQLServer implements dialect.Dialect and dialect.Scheduler.
+type SQLServer struct {
+	db *sql.DB
+}
+
+var (
+	_ dialect.Dialect   = (*SQLServer)(nil)
+	_ dialect.Scheduler = (*SQLServer)(nil)
+)
+
+// appName shows up as program_name in sys.dm_exec_sessions, so a DBA can tell the
+// queue's sessions from the application's.
+const appName = "stageq"
+
+// Open connects to the DSN and checks that the server answers, retrying the
+// documented transient login errors (a database that is failing over, a busy
+// service) with backoff.
+func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
+	cfg, err := msdsn.Parse(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse sqlserver DSN %s (want sqlserver://user:password@host:1433?database=name): %s",
+			redactDSN(dsn), scrub(err.Error(), dsn))
+	}
+	if cfg.AppName == "" {
+		cfg.AppName = appName
+	}
+	db := sql.OpenDB(mssql.NewConnectorConfig(cfg))
+	db.SetMaxIdleConns(16)
+	d := &SQLServer{db: db}
+	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
+	}
+	return d, nil
+}
+
+// Name implements dialect.Dialect.
+func (d *SQLServer) Name() string { return "sqlserver" }
+
+// DB implements dialect.Dialect.
+func (d *SQLServer) DB() *sql.DB { return d.db }
+
+// Close implements dialect.Dialect.
+func (d *SQLServer) Close() error { return d.db.Close() }
+
+// beginTxSQL runs first in every transaction BeginTx starts. It has no parameter,
+// so the driver sends it as a plain batch and the setting stays for the session
+// (a SET inside a parameterised batch would be undone when the batch ends).
+//
+// XACT_ABORT ON: any run-time error, and a client cancel (attention), rolls the
+// whole transaction back instead of leaving it open with half its statements
+// done. An atomic task's body therefore cannot fail half way and be committed.
+const beginTxSQL = `SET XACT_ABORT ON;`
+
+// BeginTx implements dialect.Dialect: a READ COMMITTED transaction with
+// XACT_ABORT ON. Atomic tasks run their body and TaskFinish in it.
+func (d *SQLServer) BeginTx(ctx context.Context) (*sql.Tx, error) {
+	var tx *sql.Tx
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		var err error
+		tx, err = d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, beginTxSQL); err != nil {
+			tx.Rollback()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", mapErr(err))
+	}
+	return tx, nil
+}
+
+// redactDSN hides the password of a DSN, even one that does not parse as a URL
+// (dialect.Redact returns those unchanged).
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil {
+		return dialect.Redact(u.String())
+	}
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return dialect.Redact(dsn)
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user, _, _ := strings.Cut(rest[:at], ":")
+		return scheme + "://" + user + ":xxxxx" + rest[at:]
+	}
+	return dialect.Redact(dsn)
+}
+
+// scrub removes the DSN and its password from a driver message (URL parse errors
+// quote the whole DSN).
+func scrub(msg, dsn string) string {
+	msg = strings.ReplaceAll(msg, dsn, redactDSN(dsn))
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	} else if _, rest, ok := strings.Cut(dsn, "://"); ok {
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
+	}
+	return msg
+}

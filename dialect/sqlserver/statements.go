@@ -1,0 +1,56 @@
+package sqlserver
+
+// statement is one T-SQL batch this package can send, for review and for
+// statements_test.go, which checks every entry: each @p parameter is copied once
+// into a local of an explicit type and size, claim-path reads carry UPDLOCK,
+// READPAST, ROWLOCK and READCOMMITTEDLOCK, and the Go code sends no SQL that is
+// not a constant listed here. docs/sqlserver.md describes each one's locks.
+type statement struct {
+	name string
+	sql  string
+	// lockingRead marks statements whose reads decide what a worker may take or
+	// hold (the claim, a due schedule): they must lock as they read and skip rows
+	// others hold.
+	lockingRead bool
+}
+
+// statements lists every batch, in the order docs/sqlserver.md describes them.
+var statements = []statement{
+	{name: "begin", sql: beginTxSQL},
+	{name: "submit", sql: submitSQL},
+	{name: "claim", sql: claimSQL, lockingRead: true},
+	{name: "finish", sql: finishSQL},
+	{name: "atomic body", sql: atomicBodySQL},
+	{name: "extend", sql: extendSQL},
+	{name: "rescue", sql: rescueSQL},
+	{name: "worker register", sql: workerRegisterSQL},
+	{name: "worker heartbeat", sql: workerHeartbeatSQL},
+	{name: "worker stop", sql: workerStopSQL},
+	{name: "log list", sql: logListSQL},
+	{name: "task list", sql: taskListSQL},
+	{name: "process get", sql: processGetSQL},
+	{name: "clock now", sql: clockNowSQL},
+	{name: "schedule create", sql: scheduleCreateSQL},
+	{name: "schedule list", sql: scheduleListSQL},
+	{name: "schedule pause", sql: schedulePauseSQL},
+	{name: "schedule delete", sql: scheduleDeleteSQL},
+	{name: "schedule lock due", sql: scheduleLockDueSQL, lockingRead: true},
+	{name: "schedule lock", sql: scheduleLockSQL},
+	{name: "schedule unfinished", sql: scheduleUnfinishedSQL},
+	{name: "schedule fire", sql: scheduleFireSQL},
+	{name: "schedule next due", sql: scheduleNextDueSQL},
+	{name: "schedule run list", sql: scheduleRunListSQL},
+	{name: "lease acquire", sql: leaseAcquireSQL},
+	{name: "lease extend", sql: leaseExtendSQL},
+	{name: "lease release", sql: leaseReleaseSQL},
+	{name: "lease list", sql: leaseListSQL},
+	{name: "process operation", sql: processOpSQL},
+	{name: "task operation", sql: taskOpSQL},
+	{name: "process list", sql: processListSQL},
+	{name: "stage count", sql: stageCountSQL},
+	{name: "stage done", sql: stageDoneSQL},
+	{name: "worker list", sql: workerListSQL},
+	{name: "limit upsert", sql: limitUpsertSQL},
+	{name: "limit list", sql: limitListSQL},
+	{name: "limit delete", sql: limitDeleteSQL},
+}

@@ -1,0 +1,608 @@
+package sqlserver
+
+// These tests need no SQL Server. They read the statements this package sends
+// (statements.go), the package's Go source and the migration files, and check the
+// rules of docs/sqlserver.md mechanically:
+//
+//   - every parameter is copied once into a local of an explicit type and size;
+//   - reads that decide what a worker takes lock as they read and skip held rows
+//     (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK), every READPAST comes with
+//     READCOMMITTEDLOCK, and the procedures read queue tables with locking reads;
+//   - the Go code sends only constants listed in statements.go, with arguments
+//     built by the typed helpers of params.go, and builds no SQL at run time;
+//   - the migrations contain no GO separator and create procedures only in
+//     dynamic batches of their own.
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// ---------------------------------------------------------------------------
+// A small T-SQL lexer: enough to tell code from comments and string literals.
+
+type partKind int
+
+const (
+	partCode partKind = iota
+	partString
+	partComment
+)
+
+type part struct {
+	kind partKind
+	text string // for strings: the content, with '' turned back into '
+}
+
+// lexTSQL splits T-SQL text into code, string literals ('...', N'...') and
+// comments (-- to end of line, /* */ nested as T-SQL nests them). Bracketed and
+// double-quoted identifiers stay code. It fails on an unterminated literal or
+// comment, which in a migration means a quote was not doubled inside EXEC (N'...').
+func lexTSQL(s string) ([]part, error) {
+	var parts []part
+	var code strings.Builder
+	flush := func() {
+		if code.Len() > 0 {
+			parts = append(parts, part{partCode, code.String()})
+			code.Reset()
+		}
+	}
+	for i := 0; i < len(s); {
+		switch {
+		case strings.HasPrefix(s[i:], "--"):
+			flush()
+			end := strings.IndexByte(s[i:], '\n')
+			if end < 0 {
+				end = len(s) - i
+			}
+			parts = append(parts, part{partComment, s[i : i+end]})
+			i += end
+		case strings.HasPrefix(s[i:], "/*"):
+			flush()
+			depth, j := 0, i
+			for j < len(s) {
+				if strings.HasPrefix(s[j:], "/*") {
+					depth++
+					j += 2
+				} else if strings.HasPrefix(s[j:], "*/") {
+					depth--
+					j += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					j++
+				}
+			}
+			if depth != 0 {
+				return nil, fmt.Errorf("unterminated /* comment at byte %d", i)
+			}
+			parts = append(parts, part{partComment, s[i:j]})
+			i = j
+		case s[i] == '\'':
+			flush()
+			var lit strings.Builder
+			j := i + 1
+			closed := false
+			for j < len(s) {
+				if s[j] == '\'' {
+					if j+1 < len(s) && s[j+1] == '\'' {
+						lit.WriteByte('\'')
+						j += 2
+						continue
+					}
+					closed = true
+					j++
+					break
+				}
+				lit.WriteByte(s[j])
+				j++
+			}
+			if !closed {
+				return nil, fmt.Errorf("unterminated string literal at byte %d", i)
+			}
+			parts = append(parts, part{partString, lit.String()})
+			i = j
+		case s[i] == '[' || s[i] == '"':
+			closeCh := byte(']')
+			if s[i] == '"' {
+				closeCh = '"'
+			}
+			j := i + 1
+			for j < len(s) {
+				if s[j] == closeCh {
+					if j+1 < len(s) && s[j+1] == closeCh {
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			if j >= len(s) {
+				return nil, fmt.Errorf("unterminated identifier at byte %d", i)
+			}
+			code.WriteString(s[i : j+1])
+			i = j + 1
+		default:
+			code.WriteByte(s[i])
+			i++
+		}
+	}
+	flush()
+	return parts, nil
+}
+
+// codeOnly is the text with comments removed and every string literal replaced
+// by a pair of quotes (so keywords inside messages do not count).
+func codeOnly(t *testing.T, name, s string) string {
+	t.Helper()
+	parts, err := lexTSQL(s)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		switch p.kind {
+		case partCode:
+			b.WriteString(p.text)
+		case partString:
+			b.WriteString("''")
+		case partComment:
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// ---------------------------------------------------------------------------
+// Parameters.
+
+var (
+	paramRe = regexp.MustCompile(`@p[A-Z]\w*`)
+	// A copy into a typed local: @Local <type> = @pName. String and time types
+	// must carry an explicit size or precision.
+	declRe     = regexp.MustCompile(`(?i)@\w+\s+(n?varchar\(\s*(?:\d+|max)\s*\)|n?char\(\s*\d+\s*\)|bigint|int|bit|datetime2\(\s*\d\s*\))\s*=\s*(@p[A-Z]\w*)\b`)
+	positional = regexp.MustCompile(`@p\d+\b|\?`)
+)
+
+// paramsOf lists the @p parameters a statement uses.
+func paramsOf(t *testing.T, st statement) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, p := range paramRe.FindAllString(codeOnly(t, st.name, st.sql), -1) {
+		seen[p] = true
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestStatementParametersAreTypedAndSized(t *testing.T) {
+	if len(statements) == 0 {
+		t.Fatal("no statements registered")
+	}
+	names := map[string]bool{}
+	for _, st := range statements {
+		if names[st.name] {
+			t.Errorf("statement %q registered twice", st.name)
+		}
+		names[st.name] = true
+		code := codeOnly(t, st.name, st.sql)
+		if positional.MatchString(code) {
+			t.Errorf("%s: positional parameters (@p1, ?) are not allowed; use named @pName parameters", st.name)
+		}
+		declared := map[string]int{}
+		for _, m := range declRe.FindAllStringSubmatch(code, -1) {
+			declared[m[2]]++
+		}
+		for _, p := range paramsOf(t, st) {
+			uses := len(regexp.MustCompile(regexp.QuoteMeta(p)+`\b`).FindAllString(code, -1))
+			if declared[p] != 1 {
+				t.Errorf("%s: parameter %s must be copied exactly once into a typed, sized local (DECLARE @X nvarchar(200) = %s); found %d copies", st.name, p, p, declared[p])
+			}
+			if uses != 1 {
+				t.Errorf("%s: parameter %s is used %d times; use the typed local instead", st.name, p, uses)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Lock hints.
+
+var (
+	// FROM stageq.<table> [AS alias] [WITH (<hints>)], hints with one level of
+	// parentheses (INDEX(x)).
+	fromRe = regexp.MustCompile(`(?is)\bFROM\s+stageq\.(\w+)(?:\s+AS\s+\w+)?(\s+WITH\s*\(((?:[^()]|\([^()]*\))*)\))?`)
+	// Any table hint list that names a lock or an index.
+	hintListRe = regexp.MustCompile(`(?is)\bWITH\s*\(((?:[^()]|\([^()]*\))*)\)`)
+	lockWordRe = regexp.MustCompile(`(?i)\b(UPDLOCK|READPAST|ROWLOCK|READCOMMITTEDLOCK|HOLDLOCK|SERIALIZABLE|INDEX)\b`)
+	dmlWordRe  = regexp.MustCompile(`(?i)\b(SELECT|UPDATE|DELETE)\b`)
+)
+
+func hasHint(hints, h string) bool {
+	return regexp.MustCompile(`(?i)\b` + h + `\b`).MatchString(hints)
+}
+
+var claimHints = []string{"UPDLOCK", "READPAST", "ROWLOCK", "READCOMMITTEDLOCK"}
+
+// checkReadPast: READPAST is refused under READ_COMMITTED_SNAPSHOT unless the
+// same table reference says READCOMMITTEDLOCK (Table Hints (Transact-SQL)).
+func checkReadPast(t *testing.T, where, code string) {
+	t.Helper()
+	for _, m := range hintListRe.FindAllStringSubmatch(code, -1) {
+		if !lockWordRe.MatchString(m[1]) {
+			continue // a CTE or OPENJSON WITH, not table hints
+		}
+		if hasHint(m[1], "READPAST") && !hasHint(m[1], "READCOMMITTEDLOCK") {
+			t.Errorf("%s: WITH (%s) has READPAST without READCOMMITTEDLOCK", where, strings.TrimSpace(m[1]))
+		}
+	}
+}
+
+// reads lists the FROM stageq.<table> references that belong to a SELECT (the
+// nearest of SELECT, UPDATE, DELETE before them), with their hint lists.
+func reads(code string) (tables, hints []string) {
+	for _, loc := range fromRe.FindAllStringSubmatchIndex(code, -1) {
+		before := dmlWordRe.FindAllString(code[:loc[0]], -1)
+		if len(before) == 0 || !strings.EqualFold(before[len(before)-1], "SELECT") {
+			continue // the FROM of an UPDATE or DELETE: the target, read with update locks
+		}
+		table := code[loc[2]:loc[3]]
+		h := ""
+		if loc[6] >= 0 {
+			h = code[loc[6]:loc[7]]
+		}
+		tables = append(tables, table)
+		hints = append(hints, h)
+	}
+	return tables, hints
+}
+
+func TestLockingReadsCarryTheClaimHints(t *testing.T) {
+	for _, st := range statements {
+		code := codeOnly(t, st.name, st.sql)
+		checkReadPast(t, st.name, code)
+		if !st.lockingRead {
+			continue
+		}
+		if !regexp.MustCompile(`(?i)SET\s+TRANSACTION\s+ISOLATION\s+LEVEL\s+READ\s+COMMITTED\s*;`).MatchString(code) {
+			t.Errorf("%s: a claim-path batch must SET TRANSACTION ISOLATION LEVEL READ COMMITTED (READPAST needs it)", st.name)
+		}
+		tables, hints := reads(code)
+		for i, table := range tables {
+			for _, h := range claimHints {
+				if !hasHint(hints[i], h) {
+					t.Errorf("%s: the read of stageq.%s lacks %s (has WITH (%s))", st.name, table, h, hints[i])
+				}
+			}
+		}
+	}
+	if !strings.Contains(claimSQL, "EXEC stageq.Claim") {
+		t.Error("claimSQL no longer runs stageq.Claim; move the claim-path checks to wherever the claim now is")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Migrations.
+
+const migrationsDir = "../../migrations/sqlserver"
+
+// procedure is one dynamic batch of a migration: EXEC (N'CREATE PROCEDURE ...').
+type procedure struct {
+	file, name, body string
+}
+
+var (
+	execOpenRe  = regexp.MustCompile(`(?is)\bEXEC(?:UTE)?\s*\(\s*N\s*$`)
+	goLineRe    = regexp.MustCompile(`(?im)^\s*GO\s*(?:\d+\s*)?$`)
+	batchFirst  = regexp.MustCompile(`(?is)\b(CREATE|ALTER|CREATE\s+OR\s+ALTER)\s+(PROC|PROCEDURE|FUNCTION|VIEW|TRIGGER)\b`)
+	procNameRe  = regexp.MustCompile(`(?is)^\s*(?:CREATE|ALTER|CREATE\s+OR\s+ALTER)\s+(?:PROC|PROCEDURE)\s+([\w.\[\]]+)`)
+	leadingWord = regexp.MustCompile(`(?is)^\s*(CREATE|ALTER)\b`)
+)
+
+func readMigrations(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(migrationsDir, "*.sql"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no migrations in %s (%v)", migrationsDir, err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(f)] = string(b)
+	}
+	return out
+}
+
+// procedures extracts the dynamic batches of a migration and checks its top
+// level: no GO, and no object that must start a batch outside EXEC (N'...').
+func procedures(t *testing.T, file, text string) []procedure {
+	t.Helper()
+	parts, err := lexTSQL(text)
+	if err != nil {
+		t.Fatalf("%s: %v (a quote inside EXEC (N'...') must be doubled)", file, err)
+	}
+	var procs []procedure
+	var top strings.Builder
+	for i, p := range parts {
+		switch p.kind {
+		case partCode:
+			top.WriteString(p.text)
+		case partString:
+			top.WriteString("''")
+			if i > 0 && parts[i-1].kind == partCode && execOpenRe.MatchString(parts[i-1].text) {
+				if !leadingWord.MatchString(p.text) {
+					t.Errorf("%s: a dynamic batch must start with CREATE or ALTER: %.60q", file, p.text)
+				}
+				m := procNameRe.FindStringSubmatch(p.text)
+				name := "?"
+				if m != nil {
+					name = m[1]
+				}
+				procs = append(procs, procedure{file: file, name: name, body: p.text})
+			}
+		}
+	}
+	code := top.String()
+	if goLineRe.MatchString(code) {
+		t.Errorf("%s: has a GO line; golang-migrate sends the file as one batch and SQL Server does not know GO", file)
+	}
+	if m := batchFirst.FindString(code); m != "" {
+		t.Errorf("%s: %q outside EXEC (N'...'): it must be the first statement of a batch", file, m)
+	}
+	return procs
+}
+
+func TestMigrationsAreSingleBatches(t *testing.T) {
+	total := 0
+	found := map[string]bool{}
+	for file, text := range readMigrations(t) {
+		for _, p := range procedures(t, file, text) {
+			total++
+			where := file + ": " + p.name
+			body := codeOnly(t, where, p.body)
+			if goLineRe.MatchString(body) {
+				t.Errorf("%s: has a GO line", where)
+			}
+			if n := len(batchFirst.FindAllString(body, -1)); n != 1 {
+				t.Errorf("%s: a dynamic batch must create exactly one object, found %d", where, n)
+			}
+			// A quote left undoubled ends the literal early: the body is cut short.
+			if !regexp.MustCompile(`(?is)\bEND\s*;\s*$`).MatchString(body) {
+				t.Errorf("%s: the dynamic batch does not end with END; (an undoubled quote inside EXEC (N'...')?)", where)
+			}
+			found[p.name] = true
+		}
+	}
+	if total == 0 {
+		t.Error("no procedures found in the migrations")
+	}
+	for _, want := range []string{"stageq.RefreshProcess", "stageq.OpenStage", "stageq.Submit", "stageq.Enqueue",
+		"stageq.Claim", "stageq.Finish", "stageq.Rescue"} {
+		if !found[want] {
+			t.Errorf("procedure %s not found in the migrations", want)
+		}
+	}
+}
+
+// TestProceduresReadWithLocks: inside the procedures every read of a queue table
+// is a locking read (READCOMMITTEDLOCK, or an update lock), so a database with
+// READ_COMMITTED_SNAPSHOT on cannot make the barrier or a slot count read a stale
+// version; READPAST always comes with READCOMMITTEDLOCK; and the claim takes its
+// task with all four claim hints.
+func TestProceduresReadWithLocks(t *testing.T) {
+	queueTables := map[string]bool{"Tasks": true, "Processes": true, "Limits": true, "Schedules": true, "ExclusiveLeases": true}
+	sawClaim := false
+	for file, text := range readMigrations(t) {
+		for _, p := range procedures(t, file, text) {
+			where := file + ": " + p.name
+			body := codeOnly(t, where, p.body)
+			checkReadPast(t, where, body)
+			tables, hints := reads(body)
+			for i, table := range tables {
+				if !queueTables[table] {
+					continue
+				}
+				if !hasHint(hints[i], "READCOMMITTEDLOCK") && !hasHint(hints[i], "UPDLOCK") {
+					t.Errorf("%s: the read of stageq.%s is not a locking read (WITH (%s))", where, table, hints[i])
+				}
+			}
+			if !strings.EqualFold(p.name, "stageq.Claim") {
+				continue
+			}
+			sawClaim = true
+			took := false
+			for i, table := range tables {
+				if table == "Tasks" && hasHint(hints[i], "UPDLOCK") {
+					took = true
+					for _, h := range claimHints {
+						if !hasHint(hints[i], h) {
+							t.Errorf("%s: the task it takes is read without %s (WITH (%s))", where, h, hints[i])
+						}
+					}
+				}
+			}
+			if !took {
+				t.Errorf("%s: no read of stageq.Tasks WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)", where)
+			}
+			for _, want := range []string{`SET\s+TRANSACTION\s+ISOLATION\s+LEVEL\s+READ\s+COMMITTED`, `SET\s+XACT_ABORT\s+ON`, `OUTPUT\s+inserted\.`, `INSERT\s+INTO\s+stageq\.Logs`} {
+				if !regexp.MustCompile(`(?is)` + want).MatchString(body) {
+					t.Errorf("%s: missing %s", where, want)
+				}
+			}
+		}
+	}
+	if !sawClaim {
+		t.Error("stageq.Claim not found in the migrations")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The Go source.
+
+var (
+	helpers   = map[string]bool{"nvarchar": true, "bigint": true, "integer": true, "bit": true, "datetime2": true}
+	execFuncs = map[string]bool{"ExecContext": true, "QueryContext": true, "QueryRowContext": true}
+)
+
+func parsePackage(t *testing.T) (*token.FileSet, []*ast.File) {
+	t.Helper()
+	fset := token.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, n := range names {
+		if strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, n, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	return fset, files
+}
+
+// TestGoSendsOnlyRegisteredConstants: every database call passes a registered
+// constant as its SQL and typed helpers as its arguments, naming exactly the
+// statement's parameters; no SQL is built with +, fmt.Sprint* or strings.Join.
+func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
+	fset, files := parsePackage(t)
+
+	consts := map[string]*ast.BasicLit{}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if !strings.HasSuffix(name.Name, "SQL") {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						t.Errorf("%s: const %s must be a single string literal, not an expression", fset.Position(name.Pos()), name.Name)
+						continue
+					}
+					consts[name.Name] = lit
+				}
+			}
+		}
+	}
+	registered := map[string]statement{}
+	for _, st := range statements {
+		registered[st.sql] = st
+	}
+	for name, lit := range consts {
+		v, err := strconv.Unquote(lit.Value)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if _, ok := registered[v]; !ok {
+			t.Errorf("const %s is not listed in statements.go", name)
+		}
+	}
+
+	called := map[string]bool{}
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BinaryExpr:
+				if n.Op == token.ADD {
+					for _, side := range []ast.Expr{n.X, n.Y} {
+						if id, ok := side.(*ast.Ident); ok && consts[id.Name] != nil {
+							t.Errorf("%s: SQL constant %s used in a concatenation", fset.Position(n.Pos()), id.Name)
+						}
+					}
+				}
+			case *ast.CallExpr:
+				sel, ok := n.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if pkg, ok := sel.X.(*ast.Ident); ok && ((pkg.Name == "fmt" && strings.HasPrefix(sel.Sel.Name, "Sprint")) ||
+					(pkg.Name == "strings" && (sel.Sel.Name == "Join" || sel.Sel.Name == "Builder"))) {
+					t.Errorf("%s: %s.%s in the dialect; SQL is never built at run time (errors use fmt.Errorf)", fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
+				}
+				if !execFuncs[sel.Sel.Name] {
+					return true
+				}
+				pos := fset.Position(n.Pos())
+				if len(n.Args) < 2 {
+					t.Errorf("%s: %s without a query", pos, sel.Sel.Name)
+					return true
+				}
+				id, ok := n.Args[1].(*ast.Ident)
+				if !ok || consts[id.Name] == nil {
+					t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, sel.Sel.Name, n.Args[1])
+					return true
+				}
+				called[id.Name] = true
+				sqlText, _ := strconv.Unquote(consts[id.Name].Value)
+				st := registered[sqlText]
+				var passed []string
+				for _, a := range n.Args[2:] {
+					c, ok := a.(*ast.CallExpr)
+					fn, isIdent := func() (*ast.Ident, bool) {
+						if !ok {
+							return nil, false
+						}
+						i, ok := c.Fun.(*ast.Ident)
+						return i, ok
+					}()
+					if !isIdent || !helpers[fn.Name] || len(c.Args) == 0 {
+						t.Errorf("%s: argument of %s must be built by nvarchar, bigint, integer, bit or datetime2", pos, id.Name)
+						continue
+					}
+					lit, ok := c.Args[0].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						t.Errorf("%s: parameter name of %s must be a string literal", pos, id.Name)
+						continue
+					}
+					name, _ := strconv.Unquote(lit.Value)
+					passed = append(passed, "@"+name)
+				}
+				sort.Strings(passed)
+				want := paramsOf(t, st)
+				if strings.Join(passed, ",") != strings.Join(want, ",") {
+					t.Errorf("%s: %s passes %v, the statement uses %v", pos, id.Name, passed, want)
+				}
+			}
+			return true
+		})
+	}
+	for _, st := range statements {
+		found := false
+		for name := range called {
+			if v, _ := strconv.Unquote(consts[name].Value); v == st.sql {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("statement %q is registered but never sent", st.name)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package sqlserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// workerRegisterSQL inserts a worker's row or refreshes it (same id: a restart).
+// In: id, hostname, pid, concurrency, version. Out: nothing.
+//
+// The upsert takes UPDLOCK + SERIALIZABLE on the key, so two registrations of one
+// id queue up instead of both inserting (the pattern the docs give for "update
+// or insert" without MERGE).
+const workerRegisterSQL = `
+SET NOCOUNT ON;
+SET XACT_ABORT ON;
+DECLARE @Id nvarchar(200) = @pId,
+        @Hostname nvarchar(256) = @pHostname,
+        @Pid int = @pPid,
+        @Concurrency int = @pConcurrency,
+        @Version nvarchar(200) = @pVersion;
+BEGIN TRANSACTION;
+UPDATE w
+   SET heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency
+  FROM stageq.Workers AS w WITH (UPDLOCK, SERIALIZABLE, ROWLOCK)
+ WHERE w.id = @Id;
+IF @@ROWCOUNT = 0
+    INSERT INTO stageq.Workers (id, hostname, pid, concurrency, version)
+    VALUES (@Id, @Hostname, @Pid, @Concurrency, @Version);
+COMMIT TRANSACTION;`
+
+// WorkerRegister implements dialect.Dialect.
+func (d *SQLServer) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {
+	for _, c := range []struct {
+		field, v string
+		n        int
+	}{{"worker id", w.ID, maxName}, {"hostname", w.Hostname, maxHost}, {"version", w.Version, maxName}} {
+		if err := checkLen(c.field, c.v, c.n); err != nil {
+			return fmt.Errorf("register worker: %w", err)
+		}
+	}
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		_, err := d.db.ExecContext(ctx, workerRegisterSQL,
+			nvarchar("pId", w.ID),
+			nvarchar("pHostname", w.Hostname),
+			integer("pPid", clampInt32(int64(w.PID))),
+			integer("pConcurrency", clampInt32(int64(w.Concurrency))),
+			nvarchar("pVersion", w.Version))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("register worker: %w", mapErr(err))
+	}
+	return nil
+}
+
+// workerHeartbeatSQL records that a worker is alive. In: id. A seek on PK_Workers.
+const workerHeartbeatSQL = `
+SET NOCOUNT ON;
+DECLARE @Id nvarchar(200) = @pId;
+UPDATE stageq.Workers SET heartbeat_at = SYSUTCDATETIME() WHERE id = @Id;`
+
+// WorkerHeartbeat implements dialect.Dialect.
+func (d *SQLServer) WorkerHeartbeat(ctx context.Context, id string) error {
+	if err := checkLen("worker id", id, maxName); err != nil {
+		return fmt.Errorf("worker heartbeat: %w", err)
+	}
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		_, err := d.db.ExecContext(ctx, workerHeartbeatSQL, nvarchar("pId", id))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("worker heartbeat: %w", mapErr(err))
+	}
+	return nil
+}
+
+// workerStopSQL marks a worker stopped (graceful shutdown). In: id.
+const workerStopSQL = `
+SET NOCOUNT ON;
+DECLARE @Id nvarchar(200) = @pId;
+UPDATE stageq.Workers SET stopped_at = SYSUTCDATETIME(), heartbeat_at = SYSUTCDATETIME() WHERE id = @Id;`
+
+// WorkerStop implements dialect.Dialect.
+func (d *SQLServer) WorkerStop(ctx context.Context, id string) error {
+	if err := checkLen("worker id", id, maxName); err != nil {
+		return fmt.Errorf("stop worker: %w", err)
+	}
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		_, err := d.db.ExecContext(ctx, workerStopSQL, nvarchar("pId", id))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("stop worker: %w", mapErr(err))
+	}
+	return nil
+}
