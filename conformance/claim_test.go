@@ -272,3 +272,76 @@ func TestAtomicSubmission(t *testing.T) {
 		}
 	})
 }
+
+// TestHandedBackTaskWaitsForLowerOrder: a task that was running when a lower
+// order arrived in its process goes back as blocked, not available, when its
+// attempt fails, is released or is rescued: it must not run before the lower
+// stage has finished.
+func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		for i, outcome := range []dialect.Outcome{dialect.OutcomeFailed, dialect.OutcomeReleased, dialect.OutcomeAbandoned} {
+			process := fmt.Sprintf("handback-%d", i)
+			res, err := db.Client.Enqueue(ctx, process, 300, stages.Task{Kind: "work", Body: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			high := res.TaskIDs[0]
+			lease := time.Minute
+			if outcome == dialect.OutcomeAbandoned {
+				lease = 200 * time.Millisecond
+			}
+			got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: int64(100 + i), Lease: lease})
+			if err != nil || len(got) != 1 || got[0].ID != high {
+				t.Fatalf("claim = %+v, %v", got, err)
+			}
+			if _, err := db.Client.Enqueue(ctx, process, 100, stages.Task{Kind: "work", Body: "y"}); err != nil {
+				t.Fatal(err)
+			}
+			switch outcome {
+			case dialect.OutcomeAbandoned:
+				waitFor(t, 10*time.Second, "the rescue", func() bool {
+					n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
+					return err == nil && n == 1
+				})
+			default:
+				fp := dialect.FinishParams{TaskID: high, Token: int64(100 + i), Outcome: outcome, Error: "boom"}
+				if outcome == dialect.OutcomeFailed {
+					fp.RetryAfter = time.Millisecond
+				}
+				if err := db.D.TaskFinish(ctx, db.D.DB(), fp); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: process})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tk := range tasks {
+				want := dialect.StateAvailable
+				if tk.Order == 300 {
+					want = dialect.StateBlocked
+				}
+				if tk.State != want {
+					t.Errorf("%s: task of order %d is %s, want %s", outcome, tk.Order, tk.State, want)
+				}
+			}
+			// Drain this process before the next case, so claims stay unambiguous.
+			next, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 5, Token: int64(200 + i), Lease: time.Minute})
+			if err != nil || len(next) != 1 || next[0].Order != 100 {
+				t.Fatalf("%s: next claim = %+v, %v; want only the order-100 task", outcome, next, err)
+			}
+			if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: next[0].ID, Token: int64(200 + i), Outcome: dialect.OutcomeSucceeded}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond) // the retry's run_at
+			last, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 5, Token: int64(300 + i), Lease: time.Minute})
+			if err != nil || len(last) != 1 || last[0].ID != high {
+				t.Fatalf("%s: after the lower stage, claim = %+v, %v; want the handed-back task", outcome, last, err)
+			}
+			if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: high, Token: int64(300 + i), Outcome: dialect.OutcomeSucceeded}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

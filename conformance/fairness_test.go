@@ -129,7 +129,7 @@ func TestFairPriorityAndMaxParallel(t *testing.T) {
 		five, two := 5, 2
 		fairSubmit(t, db, "low", 20, 0.02, nil)
 		fairSubmit(t, db, "high", 20, 0.02, func(p *stages.Plan) { p.Priority = &five })
-		fairSubmit(t, db, "capped", 12, 0.1, func(p *stages.Plan) { p.Priority = &five; p.MaxParallel = &two })
+		fairSubmit(t, db, "capped", 12, 0.25, func(p *stages.Plan) { p.Priority = &five; p.MaxParallel = &two })
 		startWorkers(t, db, 6, fastConfig(), nil)
 		waitFor(t, 3*time.Minute, "52 tasks", func() bool {
 			return len(db.logs(t, dialect.LogFilter{Outcome: dialect.OutcomeSucceeded})) >= 52

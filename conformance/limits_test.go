@@ -74,15 +74,28 @@ type limTracker struct {
 	mu            sync.Mutex
 	cur, phaseMax int
 	done          int
+	target        int // the phase's limit: a run waits (bounded) until that many run
 }
 
+// run holds its slot until the phase's limit is reached (or 3s pass), so that
+// "the limit is reached" does not depend on how fast a loaded machine claims.
 func (l *limTracker) run(ctx context.Context, _ *queue.Task) error {
 	l.mu.Lock()
 	l.cur++
 	l.phaseMax = max(l.phaseMax, l.cur)
 	l.mu.Unlock()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		l.mu.Lock()
+		reached := l.cur >= l.target
+		l.mu.Unlock()
+		if reached {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	select {
-	case <-time.After(80 * time.Millisecond):
+	case <-time.After(30 * time.Millisecond):
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
@@ -98,10 +111,11 @@ func (l *limTracker) read() (cur, phaseMax, done int) {
 	return l.cur, l.phaseMax, l.done
 }
 
-func (l *limTracker) newPhase() {
+func (l *limTracker) newPhase(target int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.phaseMax = l.cur
+	l.target = target
 }
 
 // TestLimitChangeMidRun: a limit is a live knob. 3, then 1 (running tasks
@@ -125,6 +139,9 @@ func TestLimitChangeMidRun(t *testing.T) {
 		startWorkers(t, db, 5, cfg, func(w *queue.Worker) { w.Handle("lim", tr.run) })
 		phase := func(limit, tasks int, key string) {
 			t.Helper()
+			tr.mu.Lock()
+			tr.target = limit
+			tr.mu.Unlock()
 			if err := op.LimitSet(ctx, key, limit); err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +149,7 @@ func TestLimitChangeMidRun(t *testing.T) {
 				cur, _, _ := tr.read()
 				return cur <= limit
 			})
-			tr.newPhase()
+			tr.newPhase(limit)
 			_, _, start := tr.read()
 			waitFor(t, 2*time.Minute, fmt.Sprintf("%d tasks under limit %d", tasks, limit), func() bool {
 				_, _, done := tr.read()

@@ -83,9 +83,12 @@ func schedUnfinished(t *testing.T, db *testDB, name string) int {
 // schedSQL adapts a PostgreSQL-spelled test query to the dialect (SQLite's
 // tables carry a stageq_ prefix and its placeholders are ?N).
 func schedSQL(db *testDB, q string) string {
-	if db.Dialect == "sqlite" {
+	switch db.Dialect {
+	case "sqlite":
 		q = strings.ReplaceAll(q, "stageq.", "stageq_")
 		q = strings.ReplaceAll(q, "$", "?")
+	case "sqlserver":
+		q = strings.ReplaceAll(q, "$", "@p")
 	}
 	return q
 }

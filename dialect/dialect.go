@@ -71,6 +71,14 @@ type Notifier interface {
 	Listen(ctx context.Context) (<-chan struct{}, error)
 }
 
+// AtomicExecer is implemented by dialects that must guard how an atomic task's
+// SQL body runs inside the transaction that also records its completion (SQL
+// Server: a body that COMMITs or leaves a transaction open must not escape it).
+// Others run the body with tx.ExecContext.
+type AtomicExecer interface {
+	TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) error
+}
+
 // Task states in the Tasks table. Tasks that succeeded, were discarded or were
 // cancelled leave the table; their history stays in Logs.
 const (

@@ -110,7 +110,12 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask) (bool
 		return false, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, t.Body); err != nil {
+	if ae, ok := w.d.(dialect.AtomicExecer); ok {
+		err = ae.TaskExecAtomic(ctx, tx, t.Body)
+	} else {
+		_, err = tx.ExecContext(ctx, t.Body)
+	}
+	if err != nil {
 		return false, err
 	}
 	err = w.d.TaskFinish(ctx, tx, dialect.FinishParams{TaskID: t.ID, Token: t.Token, Outcome: dialect.OutcomeSucceeded})

@@ -10,7 +10,7 @@ import (
 // claimSQL leases up to $1 tasks to worker $2 with token $3 for $4 ms, and opens
 // their Logs rows, in one statement.
 //
-// stageq.claim (migrations/postgres/000003_fairness_limits.up.sql) makes the
+// stageq.claim (migrations/postgres/000001_core.up.sql) makes the
 // fairness and limit decisions: each round it seeks the run queue of runnable
 // processes (priority, then stride-scheduling pass), locks the process row with
 // SKIP LOCKED, takes one task of it that the concurrency limits admit (counted

@@ -16,16 +16,22 @@ const (
 
 	finishSucceededSQL = `DELETE FROM stageq_tasks WHERE id = ? AND lease_token = ? AND state = 'running'`
 
+	// A task handed back is available only if its stage is still the open one:
+	// a lower order may have arrived while it ran.
+	backStateSQL = `CASE WHEN execution_order = (SELECT current_order FROM stageq_processes p
+                                               WHERE p.id = stageq_tasks.process_id)
+                  THEN 'available' ELSE 'blocked' END`
+
 	finishReleasedSQL = `
 UPDATE stageq_tasks
-   SET state = 'available', attempt = attempt - 1, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+   SET state = ` + backStateSQL + `, attempt = attempt - 1, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE id = ? AND lease_token = ? AND state = 'running'`
 
 	// In: retry time, error, id, token.
 	finishRetrySQL = `
 UPDATE stageq_tasks
-   SET state = 'available', run_at = ?, last_error = ?,
+   SET state = ` + backStateSQL + `, run_at = ?, last_error = ?,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE id = ? AND lease_token = ? AND state = 'running'`
 

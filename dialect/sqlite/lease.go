@@ -43,7 +43,10 @@ SELECT id, process_id, lease_token, worker_id FROM stageq_tasks
 	// In: error, id, token.
 	rescueTaskSQL = `
 UPDATE stageq_tasks
-   SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END,
+   SET state = CASE WHEN attempt >= max_attempts THEN 'failed'
+                    WHEN execution_order = (SELECT current_order FROM stageq_processes p
+                                             WHERE p.id = stageq_tasks.process_id)
+                    THEN 'available' ELSE 'blocked' END,
        run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ?,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE id = ? AND lease_token = ? AND state = 'running'`

@@ -1,7 +1,28 @@
--- stageq core schema for PostgreSQL: Processes, Tasks, Logs, Workers, and the
--- routines that keep the stage barrier (stageq.submit, stageq.finish, stageq.rescue).
--- The queue's statements call these routines so the barrier logic lives in one place,
--- and SQL users enqueue with SELECT stageq.enqueue(...) under the same validation.
+-- stageq schema for PostgreSQL, in schema stageq: Processes, Tasks, Logs and
+-- Workers; Limits; Schedules and exclusive leases; and the routines that keep
+-- the stage barrier and fairness (stageq.submit, stageq.claim, stageq.finish,
+-- stageq.rescue, stageq.open_stage, stageq.refresh_process). The queue's
+-- statements call these routines so the logic lives in one place, and SQL users
+-- enqueue with SELECT stageq.enqueue(...) under the same validation.
+--
+-- Fairness is stride scheduling kept on the process row: every runnable process
+-- has a virtual time `pass`; a claim serves the runnable process with the highest
+-- priority and, within a priority, the lowest pass, then advances its pass by
+-- 1,000,000 / weight. Equal weights give round robin; weight 3 gets three turns to
+-- weight 1's one. A process is 'runnable' when it has available tasks, is not
+-- paused and runs fewer than max_parallel tasks; only runnable processes are in
+-- the partial index processes_queue, so a claim is a seek there however many
+-- processes are idle, blocked behind a running stage, paused or at their cap.
+--
+-- Limits are not counters. A slot is a running task: the claim counts the tasks
+-- with state = 'running' and the limit's key, under the limit row's lock, before
+-- it admits one more. A slot is therefore released exactly when its task stops
+-- running - by stageq.finish, fenced by the lease token, or by stageq.rescue once
+-- the lease expired - and a crash can neither leak a slot nor release one twice.
+--
+-- Lock order, everywhere: process row, then limit rows, then task rows. The claim
+-- takes process and limit rows while it holds no other lock, or with SKIP LOCKED,
+-- so it cannot deadlock with finish, submit or rescue.
 
 CREATE SCHEMA IF NOT EXISTS stageq;
 
@@ -12,12 +33,27 @@ CREATE TABLE stageq.processes (
     -- The lowest ExecutionOrder that still has tasks; NULL when the process has none.
     -- Only tasks of this order are 'available'; higher ones wait as 'blocked'.
     current_order int,
+    priority      int         NOT NULL DEFAULT 0,
+    weight        int         NOT NULL DEFAULT 1 CHECK (weight BETWEEN 1 AND 1000),
+    max_parallel  int         CHECK (max_parallel >= 1),
+    paused        boolean     NOT NULL DEFAULT false,
+    -- Stride scheduling's virtual time: lower is served first.
+    pass          bigint      NOT NULL DEFAULT 0,
+    -- Has available tasks, is not paused, is under max_parallel: maintained by
+    -- stageq.refresh_process under the process row lock.
+    runnable      boolean     NOT NULL DEFAULT false,
+    -- The earliest run_at among the process's available tasks.
+    ready_at      timestamptz,
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now(),
     finished_at   timestamptz
 );
 
 INSERT INTO stageq.processes (name) VALUES ('default');
+
+-- The run queue, and its virtual time (the lowest pass) for processes that wake.
+CREATE INDEX processes_queue ON stageq.processes (priority DESC, pass, id) WHERE runnable;
+CREATE INDEX processes_vtime ON stageq.processes (pass) WHERE runnable;
 
 -- The hot table: only unfinished tasks. A task that succeeds leaves it.
 CREATE TABLE stageq.tasks (
@@ -32,20 +68,43 @@ CREATE TABLE stageq.tasks (
     max_attempts     int         NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
     atomic           boolean     NOT NULL DEFAULT false,
     run_at           timestamptz NOT NULL DEFAULT now(),
+    limit_key        text        CHECK (limit_key <> '' AND length(limit_key) <= 200),
     worker_id        text,
     lease_token      bigint,
     lease_expires_at timestamptz,
     last_error       text,
+    -- The schedule and tick a task was enqueued for (NULL when enqueued by hand).
+    schedule_name    text,
+    scheduled_for    timestamptz,
     created_at       timestamptz NOT NULL DEFAULT now()
 );
 
--- The claim: a seek into available tasks only; blocked tasks are not in this index.
-CREATE INDEX tasks_claim ON stageq.tasks (priority DESC, run_at, id) WHERE state = 'available';
+-- The claim: per process, a seek into its available tasks only; blocked tasks
+-- are in none of these indexes.
+CREATE INDEX tasks_claim_process ON stageq.tasks (process_id, priority DESC, run_at, id) WHERE state = 'available';
+CREATE INDEX tasks_ready ON stageq.tasks (process_id, run_at) WHERE state = 'available';
 -- The barrier: the lowest order left in a process, and the tasks of one stage.
 CREATE INDEX tasks_stage ON stageq.tasks (process_id, execution_order);
+-- A process is failed while one of its tasks is: a seek, not a scan of the process.
+CREATE INDEX tasks_failed ON stageq.tasks (process_id) WHERE state = 'failed';
 -- Rescue of expired leases and lease extension by a worker.
 CREATE INDEX tasks_lease ON stageq.tasks (lease_expires_at) WHERE state = 'running';
 CREATE INDEX tasks_worker ON stageq.tasks (worker_id) WHERE state = 'running';
+-- Slot counts: running tasks per process, per limit key and per kind.
+CREATE INDEX tasks_running_process ON stageq.tasks (process_id) WHERE state = 'running';
+CREATE INDEX tasks_running_limit ON stageq.tasks (limit_key) WHERE state = 'running' AND limit_key IS NOT NULL;
+CREATE INDEX tasks_running_kind ON stageq.tasks (kind) WHERE state = 'running';
+-- singleton schedules ask whether any task of the schedule is still in the queue.
+CREATE INDEX tasks_schedule ON stageq.tasks (schedule_name) WHERE schedule_name IS NOT NULL;
+
+-- A named limit ('erp-api') caps the running tasks whose limit_key is the name;
+-- 'kind:<kind>' caps the running tasks of a kind. A key without a row is unlimited.
+-- (A process's own cap is processes.max_parallel.)
+CREATE TABLE stageq.limits (
+    key         text        PRIMARY KEY CHECK (key <> '' AND length(key) <= 200),
+    max_running int         NOT NULL CHECK (max_running >= 0),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
 
 -- One row per attempt, written when it starts and completed when it ends, never in
 -- the task's own transaction. No foreign key: the audit trail outlives the task.
@@ -66,12 +125,15 @@ CREATE TABLE stageq.logs (
     outcome         text        NOT NULL DEFAULT 'running'
         CHECK (outcome IN ('running', 'succeeded', 'failed', 'abandoned', 'released')),
     error           text,
-    retry_at        timestamptz
+    retry_at        timestamptz,
+    schedule_name   text,
+    scheduled_for   timestamptz
 );
 
 CREATE INDEX logs_task ON stageq.logs (task_id, lease_token);
 CREATE INDEX logs_process ON stageq.logs (process_id, started_at);
 CREATE INDEX logs_started ON stageq.logs (started_at);
+CREATE INDEX logs_schedule ON stageq.logs (schedule_name, scheduled_for) WHERE schedule_name IS NOT NULL;
 
 CREATE TABLE stageq.workers (
     id           text        PRIMARY KEY,
@@ -84,10 +146,247 @@ CREATE TABLE stageq.workers (
     stopped_at   timestamptz
 );
 
+-- Recurring schedules. A schedule is a named template (a stages.Plan as JSON)
+-- with a cron expression or an interval. next_run is the next tick, always
+-- compared with the database's clock: a worker locks a due row (FOR UPDATE SKIP
+-- LOCKED), enqueues the tick through stageq.submit and advances next_run in the
+-- same transaction, so each tick is enqueued once however many workers race.
+-- The ticks are computed by the worker (cron needs a real parser) from next_run
+-- and the database's now, never from the worker's own clock.
+
+CREATE TABLE stageq.schedules (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name           text        NOT NULL UNIQUE CHECK (name <> '' AND length(name) <= 200),
+    -- Exactly one of cron and interval_ms says when the ticks are.
+    cron           text        CHECK (cron <> '' AND length(cron) <= 200),
+    interval_ms    bigint      CHECK (interval_ms > 0),
+    plan           text        NOT NULL,
+    -- skip: ticks missed by more than grace_ms are dropped; once: one catch-up run.
+    missed         text        NOT NULL DEFAULT 'skip' CHECK (missed IN ('skip', 'once')),
+    grace_ms       bigint      NOT NULL DEFAULT 60000 CHECK (grace_ms >= 0),
+    -- singleton: a tick is skipped while a task of an earlier run is unfinished.
+    singleton      boolean     NOT NULL DEFAULT false,
+    paused         boolean     NOT NULL DEFAULT false,
+    next_run       timestamptz NOT NULL,
+    last_run       timestamptz,
+    last_outcome   text,
+    last_worker_id text,
+    last_fired_at  timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    CHECK ((cron IS NULL) <> (interval_ms IS NULL))
+);
+
+-- The scheduler's question "what is due?" is a seek on this index.
+CREATE INDEX schedules_due ON stageq.schedules (next_run) WHERE NOT paused;
+
+-- One row per tick handled: the audit of who enqueued (or skipped) what, and a
+-- second guarantee of once per tick (the primary key).
+CREATE TABLE stageq.schedule_runs (
+    schedule_id   bigint      NOT NULL REFERENCES stageq.schedules (id) ON DELETE CASCADE,
+    scheduled_for timestamptz NOT NULL,
+    -- enqueued, caught-up (one run for missed ticks), missed (dropped),
+    -- skipped (singleton: the previous run was unfinished), manual (run-now).
+    outcome       text        NOT NULL CHECK (outcome IN ('enqueued', 'caught-up', 'missed', 'skipped', 'manual')),
+    process_id    bigint,
+    task_count    int         NOT NULL DEFAULT 0,
+    worker_id     text        NOT NULL,
+    fired_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schedule_id, scheduled_for)
+);
+
+-- Exclusive leases: a named lock with a holder, an expiry on the database's clock
+-- and a fencing token. The row outlives its holders so the token keeps growing:
+-- it is incremented whenever a different holder (or the same one after expiry)
+-- takes the lease, and kept when the current holder re-acquires (reentrancy).
+CREATE TABLE stageq.exclusive_leases (
+    name        text        PRIMARY KEY CHECK (name <> '' AND length(name) <= 200),
+    holder      text        CHECK (holder <> '' AND length(holder) <= 200),
+    token       bigint      NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- stageq.refresh_process re-derives whether a process is runnable. Callers hold
+-- the process row lock. A process that wakes joins at the run queue's current
+-- virtual time, so being idle earns no burst and a stale high pass no penalty.
+CREATE FUNCTION stageq.refresh_process(p_process_id bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_p       record;
+    v_ready   timestamptz;
+    v_run     boolean;
+    v_running int;
+    v_min     bigint;
+BEGIN
+    SELECT runnable, paused, max_parallel, ready_at INTO v_p
+      FROM stageq.processes WHERE id = p_process_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT t.run_at INTO v_ready FROM stageq.tasks t
+     WHERE t.process_id = p_process_id AND t.state = 'available'
+     ORDER BY t.run_at LIMIT 1;
+    v_run := v_ready IS NOT NULL AND NOT v_p.paused;
+    IF v_run AND v_p.max_parallel IS NOT NULL THEN
+        SELECT count(*) INTO v_running FROM stageq.tasks
+         WHERE process_id = p_process_id AND state = 'running';
+        v_run := v_running < v_p.max_parallel;
+    END IF;
+    IF v_run AND NOT v_p.runnable THEN
+        SELECT pass INTO v_min FROM stageq.processes WHERE runnable ORDER BY pass LIMIT 1;
+        UPDATE stageq.processes
+           SET runnable = true, ready_at = v_ready, pass = coalesce(v_min, pass)
+         WHERE id = p_process_id;
+        PERFORM pg_notify('stageq_tasks', '');
+    ELSIF v_run IS DISTINCT FROM v_p.runnable OR v_ready IS DISTINCT FROM v_p.ready_at THEN
+        UPDATE stageq.processes SET runnable = v_run, ready_at = v_ready WHERE id = p_process_id;
+    END IF;
+END $$;
+
+-- stageq.limit_admits says whether one more task with limit key p_key (NULL: none)
+-- and kind p_kind may start now. It locks each limit row that applies (SKIP LOCKED:
+-- a row another claim is admitting under counts as full for this claim, so the
+-- claim never waits while it holds locks) and counts the running tasks in a new
+-- statement, whose snapshot sees every claim that held the lock before. The locks
+-- are kept to the end of the claim's transaction.
+CREATE FUNCTION stageq.limit_admits(p_key text, p_kind text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_max int;
+    v_n   int;
+BEGIN
+    IF p_key IS NOT NULL AND EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_key) THEN
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_key FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
+        IF v_n >= v_max THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM stageq.limits WHERE key = 'kind:' || p_kind) THEN
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = 'kind:' || p_kind FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
+        IF v_n >= v_max THEN
+            RETURN false;
+        END IF;
+    END IF;
+    RETURN true;
+END $$;
+
+-- stageq.claim leases up to p_max tasks to worker p_worker with token p_token for
+-- p_lease_ms, fairly across processes, and returns the leased rows (the caller
+-- writes their Logs rows in the same statement). Each round seeks the run queue
+-- for the next process (priority, then lowest pass), locks it, takes one task of
+-- it that its limits admit, and advances its pass: one task per process per
+-- round is what makes a single claim of many tasks round robin too.
+-- At most p_max + 8 processes are examined, so a run queue headed by processes
+-- whose tasks all wait on full limits costs a bounded amount; such a process is
+-- moved to the end of the current round so that later claims reach the others.
+CREATE FUNCTION stageq.claim(p_max int, p_worker text, p_token bigint, p_lease_ms bigint)
+RETURNS SETOF stageq.tasks
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid      bigint;
+    v_weight   int;
+    v_claimed  int := 0;
+    v_rounds   int := 0;
+    v_locked   boolean := false;
+    v_skip     bigint[] := '{}';
+    v_cand     record;
+    v_task     stageq.tasks;
+    v_got      boolean;
+    v_min      bigint;
+    v_head     bigint;
+    v_head_pass bigint;
+    v_top      int;
+BEGIN
+    WHILE v_claimed < p_max AND v_rounds < p_max + 8 LOOP
+        v_rounds := v_rounds + 1;
+        -- The head of the run queue, unlocked: its priority is the only one this
+        -- round may serve, so a busy higher-priority process is never passed
+        -- over for a lower one (priority is strict; SKIP LOCKED only rotates
+        -- among equals).
+        SELECT p.id, p.priority, p.pass INTO v_head, v_top, v_head_pass FROM stageq.processes p
+         WHERE p.runnable AND p.ready_at <= now() AND p.id <> ALL (v_skip)
+         ORDER BY p.priority DESC, p.pass, p.id
+         LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        IF NOT v_locked THEN
+            -- Holding no lock yet, wait for the head itself: claims that race
+            -- then serve processes in stride order, which keeps weights close
+            -- under many workers (skipping a busy head hands its turn to the
+            -- next process). Waiting while holding nothing cannot be part of a
+            -- deadlock. FOR UPDATE re-checks the row once it is ours: if another
+            -- claim served it meanwhile (its pass moved), it is no longer the
+            -- head, and this claim goes on without waiting again (the wait may
+            -- have left it holding that row).
+            SELECT p.id, p.weight INTO v_pid, v_weight FROM stageq.processes p
+             WHERE p.id = v_head AND p.pass = v_head_pass AND p.runnable AND p.ready_at <= now()
+               FOR UPDATE;
+            IF NOT FOUND THEN
+                v_locked := true;
+                CONTINUE;
+            END IF;
+        ELSE
+            -- Holding locks, never wait: take the next free process of the
+            -- head's priority (priority is strict; SKIP LOCKED only rotates
+            -- among equals), or return what we have.
+            SELECT p.id, p.weight INTO v_pid, v_weight FROM stageq.processes p
+             WHERE p.runnable AND p.ready_at <= now() AND p.id <> ALL (v_skip) AND p.priority = v_top
+             ORDER BY p.priority DESC, p.pass, p.id
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED;
+            EXIT WHEN NOT FOUND;
+        END IF;
+        v_locked := true;
+
+        v_got := false;
+        -- The process row lock keeps every other writer off this process's
+        -- available tasks, so the candidates need no row locks of their own.
+        FOR v_cand IN
+            SELECT t.id, t.kind, t.limit_key FROM stageq.tasks t
+             WHERE t.process_id = v_pid AND t.state = 'available' AND t.run_at <= now()
+             ORDER BY t.priority DESC, t.run_at, t.id
+             LIMIT 8
+        LOOP
+            CONTINUE WHEN NOT stageq.limit_admits(v_cand.limit_key, v_cand.kind);
+            UPDATE stageq.tasks t
+               SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
+                   lease_token = p_token, lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+             WHERE t.id = v_cand.id
+            RETURNING t.* INTO v_task;
+            RETURN NEXT v_task;
+            v_claimed := v_claimed + 1;
+            v_got := true;
+            EXIT;
+        END LOOP;
+
+        IF v_got THEN
+            UPDATE stageq.processes SET pass = pass + 1000000 / v_weight WHERE id = v_pid;
+        ELSE
+            -- Nothing it may start now: it loses this turn and goes to the end of
+            -- the current round (idempotent, so waiting never inflates its pass).
+            v_skip := v_skip || v_pid;
+            SELECT pass INTO v_min FROM stageq.processes WHERE runnable ORDER BY pass LIMIT 1;
+            UPDATE stageq.processes SET pass = greatest(pass, coalesce(v_min, pass) + 1000000 / v_weight)
+             WHERE id = v_pid;
+        END IF;
+        PERFORM stageq.refresh_process(v_pid);
+    END LOOP;
+END $$;
+
 -- stageq.open_stage re-derives which tasks of a locked process may run: the tasks
 -- of its lowest order become 'available', higher ones 'blocked'. It is called with
--- the process row locked, by submit (a lower order may arrive) and by finish (the
--- last task of a stage may have left). Cost: seeks on tasks_stage.
+-- the process row locked, by submit (a lower order may arrive) and by finish and
+-- rescue (the last task of a stage may have left). Every statement is a seek on
+-- tasks_stage or tasks_failed, whatever the size of the process.
 CREATE FUNCTION stageq.open_stage(p_process_id bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -96,17 +395,19 @@ DECLARE
     v_failed boolean;
 BEGIN
     SELECT current_order INTO v_old FROM stageq.processes WHERE id = p_process_id;
-    SELECT min(execution_order) INTO v_new FROM stageq.tasks WHERE process_id = p_process_id;
+    SELECT t.execution_order INTO v_new FROM stageq.tasks t
+     WHERE t.process_id = p_process_id ORDER BY t.execution_order LIMIT 1;
 
     IF v_new IS NULL THEN
         UPDATE stageq.processes
-           SET current_order = NULL, state = 'succeeded', updated_at = now(), finished_at = now()
+           SET current_order = NULL, state = 'succeeded', updated_at = now(), finished_at = now(),
+               runnable = false, ready_at = NULL
          WHERE id = p_process_id;
         RETURN;
     END IF;
 
     IF v_old IS NOT NULL AND v_new < v_old THEN
-        -- A lower order arrived: tasks of the old stage that have not started wait again.
+        -- A lower order arrived: tasks above it that have not started wait again.
         UPDATE stageq.tasks SET state = 'blocked'
          WHERE process_id = p_process_id AND execution_order > v_new AND state = 'available';
     END IF;
@@ -114,22 +415,24 @@ BEGIN
     IF v_old IS DISTINCT FROM v_new THEN
         UPDATE stageq.tasks SET state = 'available'
          WHERE process_id = p_process_id AND execution_order = v_new AND state = 'blocked';
-        PERFORM pg_notify('stageq_tasks', '');
     END IF;
 
-    SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE process_id = p_process_id AND state = 'failed')
-      INTO v_failed;
+    v_failed := EXISTS (SELECT 1 FROM stageq.tasks WHERE process_id = p_process_id AND state = 'failed');
     UPDATE stageq.processes
        SET current_order = v_new,
            state = CASE WHEN v_failed THEN 'failed' ELSE 'active' END,
            updated_at = now(), finished_at = NULL
-     WHERE id = p_process_id;
+     WHERE id = p_process_id
+       AND (current_order IS DISTINCT FROM v_new OR state <> CASE WHEN v_failed THEN 'failed' ELSE 'active' END
+            OR finished_at IS NOT NULL);
+    PERFORM stageq.refresh_process(p_process_id);
 END $$;
 
 -- stageq.submit inserts a batch of tasks into one process in the caller's
 -- transaction. p_tasks is a JSON array of objects:
 --   {"execution_order": int, "body": text, "kind": text, "max_attempts": int,
---    "priority": int, "atomic": bool, "run_at": timestamptz, "delay_ms": bigint}
+--    "priority": int, "atomic": bool, "run_at": timestamptz, "delay_ms": bigint,
+--    "limit_key": text}
 -- Returns the new task ids in the order given.
 CREATE FUNCTION stageq.submit(p_process text, p_tasks jsonb)
 RETURNS TABLE (process_id bigint, task_id bigint)
@@ -160,13 +463,13 @@ BEGIN
         OR coalesce(x.t ->> 'body', '') = ''
         OR coalesce((x.t ->> 'max_attempts')::int, 3) < 1
         OR coalesce(x.t ->> 'kind', 'sql') = ''
+        OR x.t ->> 'limit_key' = ''
      LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'stageq: task % is invalid: execution_order must be a whole number >= 0, body must not be empty, max_attempts must be >= 1 (got %)',
+        RAISE EXCEPTION 'stageq: task % is invalid: execution_order must be a whole number >= 0, body must not be empty, max_attempts must be >= 1, limit_key must not be empty (got %)',
             v_bad.ord, v_bad.t USING ERRCODE = '22023';
     END IF;
 
-    -- The process row lock serialises every change of a process's stage.
     SELECT p.id, p.current_order INTO v_pid, v_cur
       FROM stageq.processes p WHERE p.name = p_process FOR UPDATE;
     IF NOT FOUND THEN
@@ -178,19 +481,18 @@ BEGIN
       FROM jsonb_to_recordset(p_tasks) AS x(execution_order int);
     v_open := least(coalesce(v_cur, v_min), v_min);
 
-    -- Tasks of the stage that is open after this submission start available, the
-    -- rest blocked; open_stage then blocks again any started stage above a new lower order.
     RETURN QUERY
     WITH ins AS (
         INSERT INTO stageq.tasks (process_id, execution_order, kind, body, state, priority,
-                                  max_attempts, atomic, run_at)
+                                  max_attempts, atomic, run_at, limit_key)
         SELECT v_pid, x.execution_order, coalesce(x.kind, 'sql'), x.body,
                CASE WHEN x.execution_order = v_open THEN 'available' ELSE 'blocked' END,
                coalesce(x.priority, 0), coalesce(x.max_attempts, 3), coalesce(x.atomic, false),
-               coalesce(x.run_at, now() + coalesce(x.delay_ms, 0) * interval '1 millisecond')
+               coalesce(x.run_at, now() + coalesce(x.delay_ms, 0) * interval '1 millisecond'),
+               x.limit_key
           FROM jsonb_to_recordset(p_tasks)
                AS x(execution_order int, kind text, body text, priority int, max_attempts int,
-                    atomic boolean, run_at timestamptz, delay_ms bigint)
+                    atomic boolean, run_at timestamptz, delay_ms bigint, limit_key text)
         RETURNING stageq.tasks.id
     )
     SELECT v_pid, ins.id FROM ins ORDER BY ins.id;
@@ -211,7 +513,8 @@ CREATE FUNCTION stageq.enqueue(
     priority        int         DEFAULT 0,
     run_at          timestamptz DEFAULT NULL,
     atomic          boolean     DEFAULT false,
-    kind            text        DEFAULT 'sql'
+    kind            text        DEFAULT 'sql',
+    limit_key       text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql AS $$
     SELECT s.task_id FROM stageq.submit(
@@ -219,7 +522,7 @@ LANGUAGE sql AS $$
         jsonb_build_array(jsonb_build_object(
             'execution_order', enqueue.execution_order, 'body', enqueue.body, 'kind', enqueue.kind,
             'max_attempts', enqueue.max_attempts, 'priority', enqueue.priority,
-            'atomic', enqueue.atomic, 'run_at', enqueue.run_at))) AS s
+            'atomic', enqueue.atomic, 'run_at', enqueue.run_at, 'limit_key', enqueue.limit_key))) AS s
 $$;
 
 -- stageq.finish ends an attempt, fenced by the lease token. p_outcome is
@@ -233,6 +536,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_pid bigint;
     v_retry_at timestamptz;
+    v_back text; -- the state of a task handed back: its stage may no longer be the open one
 BEGIN
     SELECT t.process_id INTO v_pid FROM stageq.tasks t
      WHERE t.id = p_task_id AND t.lease_token = p_token AND t.state = 'running';
@@ -240,19 +544,22 @@ BEGIN
         RETURN false;
     END IF;
     -- Lock order everywhere: process row, then task rows.
-    PERFORM 1 FROM stageq.processes WHERE id = v_pid FOR UPDATE;
+    SELECT CASE WHEN p.current_order = t.execution_order THEN 'available' ELSE 'blocked' END INTO v_back
+      FROM stageq.processes p JOIN stageq.tasks t ON t.process_id = p.id
+     WHERE p.id = v_pid AND t.id = p_task_id
+       FOR UPDATE OF p;
 
     IF p_outcome = 'succeeded' THEN
         DELETE FROM stageq.tasks WHERE id = p_task_id AND lease_token = p_token AND state = 'running';
     ELSIF p_outcome = 'released' THEN
         UPDATE stageq.tasks
-           SET state = 'available', attempt = attempt - 1, run_at = now(),
+           SET state = v_back, attempt = attempt - 1, run_at = now(),
                worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
          WHERE id = p_task_id AND lease_token = p_token AND state = 'running';
     ELSIF p_outcome = 'failed' AND p_retry_ms IS NOT NULL AND p_retry_ms > 0 THEN
         v_retry_at := clock_timestamp() + p_retry_ms * interval '1 millisecond';
         UPDATE stageq.tasks
-           SET state = 'available', run_at = v_retry_at, last_error = p_error,
+           SET state = v_back, run_at = v_retry_at, last_error = p_error,
                worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
          WHERE id = p_task_id AND lease_token = p_token AND state = 'running';
     ELSIF p_outcome = 'failed' THEN
@@ -294,7 +601,9 @@ BEGIN
     LOOP
         PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE;
         UPDATE stageq.tasks
-           SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END,
+           SET state = CASE WHEN attempt >= max_attempts THEN 'failed'
+                            WHEN execution_order = (SELECT current_order FROM stageq.processes WHERE id = r.process_id)
+                            THEN 'available' ELSE 'blocked' END,
                run_at = now(),
                last_error = 'lease expired: worker ' || r.worker_id || ' stopped extending it',
                worker_id = NULL, lease_token = NULL, lease_expires_at = NULL

@@ -7,11 +7,8 @@
 -- Procedures: stageq.RefreshProcess, stageq.OpenStage, stageq.Submit,
 -- stageq.Enqueue, stageq.Claim, stageq.Finish, stageq.Rescue.
 --
--- Versions. The SQL Server dialect shipped after versions 2 (schedules, leases)
--- and 3 (fairness, limits) of the other dialects, and no SQL Server database was
--- ever at version 1 without them, so this file creates the whole schema and
--- 000002 / 000003 are placeholders that keep the version numbers of the three
--- dialects aligned (the convention of River, see shared/STYLE.md).
+-- Versions. Every dialect's schema is one baseline version, 000001, until stageq
+-- has a release whose databases later versions must upgrade.
 --
 -- How this file is run: golang-migrate's sqlserver driver sends it as ONE batch
 -- (no GO separators), after migrations.go created schema stageq. CREATE PROCEDURE
