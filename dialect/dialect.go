@@ -220,6 +220,8 @@ type LogEntry struct {
 	Outcome   Outcome
 	Error     string
 	RetryAt   *time.Time
+	// Schedule names the schedule whose tick enqueued the task ("" when enqueued by hand).
+	Schedule string
 }
 
 // TaskFilter selects tasks; zero fields do not filter.

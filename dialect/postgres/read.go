@@ -14,7 +14,7 @@ import (
 // fixed whatever the filter, so it is prepared once.
 const logListSQL = `
 SELECT id, task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
-       started_at, ended_at, outcome, coalesce(error, ''), retry_at
+       started_at, ended_at, outcome, coalesce(error, ''), retry_at, coalesce(schedule_name, '')
   FROM stageq.logs
  WHERE ($1 = '' OR process_name = $1)
    AND ($2 = 0 OR task_id = $2)
@@ -45,7 +45,7 @@ func (p *Postgres) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.
 		var ended, retry sql.NullTime
 		var outcome string
 		if err := rows.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
-			&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry); err != nil {
+			&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
 			return nil, fmt.Errorf("list logs: %w", err)
 		}
 		e.Outcome = dialect.Outcome(outcome)

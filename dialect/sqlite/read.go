@@ -14,7 +14,7 @@ import (
 // In: process, task, worker, outcome, since, limit.
 const logListSQL = `
 SELECT id, task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
-       started_at, ended_at, outcome, coalesce(error, ''), retry_at
+       started_at, ended_at, outcome, coalesce(error, ''), retry_at, coalesce(schedule_name, '')
   FROM stageq_logs
  WHERE (?1 = '' OR process_name = ?1)
    AND (?2 = 0 OR task_id = ?2)
@@ -45,7 +45,7 @@ func (s *SQLite) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.Lo
 		var started, outcome string
 		var ended, retry sql.NullString
 		if err := rows.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
-			&e.WorkerID, &e.Attempt, &started, &ended, &outcome, &e.Error, &retry); err != nil {
+			&e.WorkerID, &e.Attempt, &started, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
 			return nil, fmt.Errorf("list logs: %w", err)
 		}
 		e.Outcome = dialect.Outcome(outcome)

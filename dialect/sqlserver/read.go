@@ -28,7 +28,8 @@ DECLARE @Process nvarchar(400) = @pProcess,
         @Since datetime2(7) = @pSince,
         @Limit int = @pLimit;
 SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_order, l.kind, l.body,
-       l.worker_id, l.attempt, l.started_at, l.ended_at, l.outcome, COALESCE(l.error, N''), l.retry_at
+       l.worker_id, l.attempt, l.started_at, l.ended_at, l.outcome, COALESCE(l.error, N''), l.retry_at,
+       COALESCE(l.schedule_name, N'')
   FROM stageq.Logs AS l
  WHERE (@Process = N'' OR l.process_name = @Process)
    AND (@TaskId = 0 OR l.task_id = @TaskId)
@@ -67,7 +68,7 @@ func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect
 			var ended, retry sql.NullTime
 			var outcome string
 			if err := rows.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
-				&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry); err != nil {
+				&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
 				return err
 			}
 			e.Outcome = dialect.Outcome(outcome)

@@ -122,14 +122,18 @@ func newLogsCommand(dsn *string) *cobra.Command {
 
 func printLogs(cmd *cobra.Command, entries []dialect.LogEntry) error {
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOG\tTASK\tPROCESS\tORDER\tWORKER\tATTEMPT\tSTARTED\tENDED\tOUTCOME\tBODY\tERROR")
+	fmt.Fprintln(tw, "LOG\tTASK\tPROCESS\tORDER\tWORKER\tATTEMPT\tSTARTED\tENDED\tOUTCOME\tSCHEDULE\tBODY\tERROR")
 	for _, e := range entries {
 		ended := "-"
 		if e.EndedAt != nil {
 			ended = e.EndedAt.Local().Format("15:04:05.000")
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.TaskID, e.Process, e.Order,
-			e.WorkerID, e.Attempt, e.StartedAt.Local().Format("15:04:05.000"), ended, e.Outcome,
+		schedule := e.Schedule
+		if schedule == "" {
+			schedule = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.TaskID, e.Process, e.Order,
+			e.WorkerID, e.Attempt, e.StartedAt.Local().Format("15:04:05.000"), ended, e.Outcome, schedule,
 			clip(e.Body, 40), clip(e.Error, 60))
 	}
 	return tw.Flush()

@@ -64,6 +64,8 @@ type statusReport struct {
 	Processes []dialect.ProcessStatus `json:"processes"`
 	Workers   []workerReport          `json:"workers"`
 	Limits    []dialect.LimitInfo     `json:"limits"`
+	Schedules []dialect.ScheduleInfo  `json:"schedules"`
+	Leases    []dialect.LeaseInfo     `json:"leases"`
 }
 
 type workerReport struct {
@@ -149,6 +151,14 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 		rep.Processes = []dialect.ProcessStatus{}
 	}
 	if asJSON {
+		if sch, ok := op.(dialect.Scheduler); ok {
+			if rep.Schedules, err = sch.ScheduleList(ctx, dialect.ScheduleFilter{}); err != nil {
+				return err
+			}
+			if rep.Leases, err = sch.LeaseList(ctx, dialect.LeaseFilter{HeldOnly: true}); err != nil {
+				return err
+			}
+		}
 		return writeJSON(w, rep)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -184,7 +194,15 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	return printLimits(w, rep.Limits)
+	if err := printLimits(w, rep.Limits); err != nil {
+		return err
+	}
+	if sch, ok := op.(dialect.Scheduler); ok {
+		// Next runs of the schedules, and who holds which exclusive lease.
+		fmt.Fprintln(w)
+		return printSchedulerStatus(ctx, sch, w)
+	}
+	return nil
 }
 
 // follow polls a process until it succeeds or fails, drawing a progress bar per

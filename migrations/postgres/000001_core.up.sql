@@ -49,7 +49,8 @@ CREATE TABLE stageq.processes (
     finished_at   timestamptz
 );
 
-INSERT INTO stageq.processes (name) VALUES ('default');
+-- The default process holds nothing yet: it has nothing left to do.
+INSERT INTO stageq.processes (name, state) VALUES ('default', 'succeeded');
 
 -- The run queue, and its virtual time (the lowest pass) for processes that wake.
 CREATE INDEX processes_queue ON stageq.processes (priority DESC, pass, id) WHERE runnable;

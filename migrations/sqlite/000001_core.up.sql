@@ -27,7 +27,8 @@ CREATE TABLE stageq_processes (
     finished_at   TEXT
 );
 
-INSERT INTO stageq_processes (name) VALUES ('default');
+-- The default process holds nothing yet: it has nothing left to do.
+INSERT INTO stageq_processes (name, state) VALUES ('default', 'succeeded');
 
 CREATE INDEX stageq_processes_queue ON stageq_processes (priority DESC, pass, id) WHERE runnable = 1;
 CREATE INDEX stageq_processes_vtime ON stageq_processes (pass) WHERE runnable = 1;

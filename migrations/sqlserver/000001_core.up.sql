@@ -74,7 +74,8 @@ CREATE NONCLUSTERED INDEX IX_Processes_Queue ON stageq.Processes (runnable, prio
 -- The run queue's virtual time (lowest pass), for a process that wakes up.
 CREATE NONCLUSTERED INDEX IX_Processes_VTime ON stageq.Processes (runnable, pass);
 
-INSERT INTO stageq.Processes (name) VALUES (N'default');
+-- The default process holds nothing yet: it has nothing left to do.
+INSERT INTO stageq.Processes (name, state) VALUES (N'default', N'succeeded');
 
 -- The hot table: only unfinished tasks. A task that succeeds leaves it; history
 -- stays in Logs. process_name is a copy of the (immutable) process name, so that
