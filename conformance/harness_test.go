@@ -190,6 +190,14 @@ func (db *testDB) endlessSQL() string {
 	return db.sleepSQL(3600)
 }
 
+// table names one of stageq's tables in the dialect's own spelling.
+func (db *testDB) table(name string) string {
+	if db.Dialect == "sqlite" {
+		return "stageq_" + name
+	}
+	return "stageq." + name
+}
+
 // exec runs SQL on the test database (test fixtures only).
 func (db *testDB) exec(t *testing.T, query string, args ...any) {
 	t.Helper()

@@ -71,6 +71,16 @@ type Notifier interface {
 	Listen(ctx context.Context) (<-chan struct{}, error)
 }
 
+// BatchFinisher is implemented by dialects that can end many attempts in one
+// round trip; the worker then records results in batches. Each result is fenced
+// by its own token exactly as TaskFinish fences one.
+type BatchFinisher interface {
+	// TaskFinishMany ends the attempts in one transaction. held[i] reports
+	// whether ps[i]'s token still held its task (false: nothing was changed
+	// for it, as ErrLeaseLost from TaskFinish).
+	TaskFinishMany(ctx context.Context, ps []FinishParams) (held []bool, err error)
+}
+
 // AtomicExecer is implemented by dialects that must guard how an atomic task's
 // SQL body runs inside the transaction that also records its completion (SQL
 // Server: a body that COMMITs or leaves a transaction open must not escape it).

@@ -47,7 +47,7 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := w.d.TaskFinish(fctx, w.d.DB(), fp); err != nil {
+	if err := w.finish(fctx, fp); err != nil {
 		if errors.Is(err, dialect.ErrLeaseLost) {
 			log.Warn().Msg("lease lost before the result was recorded; another worker owns the task now")
 			return

@@ -120,9 +120,10 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[int64]context.CancelCauseFunc // task id -> cancel of its run
 
-	slotFree chan struct{} // a task ended
-	wake     chan struct{} // work may be available (notification, rescue)
-	healthy  atomic.Bool   // heartbeats reach the database
+	slotFree chan struct{}  // a task ended
+	wake     chan struct{}  // work may be available (notification, rescue)
+	finishes chan finishReq // to finishLoop, when the dialect records results in batches
+	healthy  atomic.Bool    // heartbeats reach the database
 	started  atomic.Bool
 }
 
@@ -206,10 +207,21 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer bg.Done(); w.schedulerLoop(ctx, bgCtx) }()
 	}
 
+	var finisher sync.WaitGroup
+	if bf, ok := w.d.(dialect.BatchFinisher); ok {
+		w.finishes = make(chan finishReq, w.cfg.Concurrency)
+		finisher.Add(1)
+		go func() { defer finisher.Done(); w.finishLoop(context.WithoutCancel(ctx), bf, w.finishes) }()
+	}
+
 	var tasks sync.WaitGroup
 	err := w.claimLoop(ctx, taskCtx, &tasks)
 
 	w.shutdown(&tasks, cancelTasks)
+	if w.finishes != nil { // every task has recorded its end by now
+		close(w.finishes)
+		finisher.Wait()
+	}
 	stopBackground()
 	bg.Wait()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -34,3 +34,44 @@ func (p *Postgres) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect
 	}
 	return nil
 }
+
+// finishManySQL calls stageq.finish_many (migrations/postgres), the batch form of
+// stageq.finish: parallel arrays of task ids, tokens, outcomes, errors (” for
+// none) and retry delays in ms (0: failed for good). Out: the ids still held.
+const finishManySQL = `SELECT id FROM stageq.finish_many($1, $2, $3, $4, $5) AS f(id)`
+
+// TaskFinishMany implements dialect.BatchFinisher.
+func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) ([]bool, error) {
+	ids := make([]int64, len(ps))
+	tokens := make([]int64, len(ps))
+	outcomes := make([]string, len(ps))
+	errs := make([]string, len(ps))
+	retries := make([]int64, len(ps))
+	for i, fp := range ps {
+		ids[i], tokens[i], outcomes[i], errs[i] = fp.TaskID, fp.Token, string(fp.Outcome), fp.Error
+		if fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0 {
+			retries[i] = max(fp.RetryAfter.Milliseconds(), 1)
+		}
+	}
+	rows, err := p.db.QueryContext(ctx, finishManySQL, ids, tokens, outcomes, errs, retries)
+	if err != nil {
+		return nil, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+	}
+	defer rows.Close()
+	held := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+		}
+		held[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+	}
+	out := make([]bool, len(ps))
+	for i, fp := range ps {
+		out[i] = held[fp.TaskID]
+	}
+	return out, nil
+}

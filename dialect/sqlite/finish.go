@@ -54,37 +54,9 @@ UPDATE stageq_logs
 // TaskFinish implements dialect.Dialect.
 func (s *SQLite) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) error {
 	err := s.inTx(ctx, q, func(q dialect.Querier) error {
-		var processID int64
-		err := q.QueryRowContext(ctx, finishHeldSQL, fp.TaskID, fp.Token).Scan(&processID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return dialect.ErrLeaseLost
-		}
+		processID, err := finishOne(ctx, q, fp)
 		if err != nil {
-			return mapErr(err)
-		}
-		var errText, retryAt sql.NullString
-		if fp.Error != "" {
-			errText = sql.NullString{String: fp.Error, Valid: true}
-		}
-		switch {
-		case fp.Outcome == dialect.OutcomeSucceeded:
-			_, err = q.ExecContext(ctx, finishSucceededSQL, fp.TaskID, fp.Token)
-		case fp.Outcome == dialect.OutcomeReleased:
-			_, err = q.ExecContext(ctx, finishReleasedSQL, fp.TaskID, fp.Token)
-		case fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0:
-			if err = q.QueryRowContext(ctx, retryAtSQL, offset(fp.RetryAfter)).Scan(&retryAt); err == nil {
-				_, err = q.ExecContext(ctx, finishRetrySQL, retryAt, errText, fp.TaskID, fp.Token)
-			}
-		case fp.Outcome == dialect.OutcomeFailed:
-			_, err = q.ExecContext(ctx, finishFailedSQL, errText, fp.TaskID, fp.Token)
-		default:
-			return fmt.Errorf("%w: unknown outcome %q", dialect.ErrInvalid, fp.Outcome)
-		}
-		if err != nil {
-			return mapErr(err)
-		}
-		if _, err := q.ExecContext(ctx, finishLogSQL, string(fp.Outcome), errText, retryAt, fp.TaskID, fp.Token); err != nil {
-			return fmt.Errorf("log end: %w", mapErr(err))
+			return err
 		}
 		return openStage(ctx, q, processID)
 	})
@@ -92,4 +64,78 @@ func (s *SQLite) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect.F
 		return fmt.Errorf("finish task %d: %w", fp.TaskID, err)
 	}
 	return nil
+}
+
+// TaskFinishMany implements dialect.BatchFinisher: one write transaction for the
+// whole batch (one turn of SQLite's write lock instead of one per task), and one
+// openStage per process touched.
+func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) ([]bool, error) {
+	held := make([]bool, len(ps))
+	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
+		var processes []int64
+		seen := map[int64]bool{}
+		for i, fp := range ps {
+			processID, err := finishOne(ctx, q, fp)
+			if errors.Is(err, dialect.ErrLeaseLost) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("task %d: %w", fp.TaskID, err)
+			}
+			held[i] = true
+			if !seen[processID] {
+				seen[processID] = true
+				processes = append(processes, processID)
+			}
+		}
+		for _, p := range processes {
+			if err := openStage(ctx, q, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+	}
+	return held, nil
+}
+
+// finishOne ends one attempt inside the caller's write transaction and returns
+// its process, whose stage the caller re-derives; ErrLeaseLost when the token no
+// longer holds the task.
+func finishOne(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) (int64, error) {
+	var processID int64
+	err := q.QueryRowContext(ctx, finishHeldSQL, fp.TaskID, fp.Token).Scan(&processID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, dialect.ErrLeaseLost
+	}
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	var errText, retryAt sql.NullString
+	if fp.Error != "" {
+		errText = sql.NullString{String: fp.Error, Valid: true}
+	}
+	switch {
+	case fp.Outcome == dialect.OutcomeSucceeded:
+		_, err = q.ExecContext(ctx, finishSucceededSQL, fp.TaskID, fp.Token)
+	case fp.Outcome == dialect.OutcomeReleased:
+		_, err = q.ExecContext(ctx, finishReleasedSQL, fp.TaskID, fp.Token)
+	case fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0:
+		if err = q.QueryRowContext(ctx, retryAtSQL, offset(fp.RetryAfter)).Scan(&retryAt); err == nil {
+			_, err = q.ExecContext(ctx, finishRetrySQL, retryAt, errText, fp.TaskID, fp.Token)
+		}
+	case fp.Outcome == dialect.OutcomeFailed:
+		_, err = q.ExecContext(ctx, finishFailedSQL, errText, fp.TaskID, fp.Token)
+	default:
+		return 0, fmt.Errorf("%w: unknown outcome %q", dialect.ErrInvalid, fp.Outcome)
+	}
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if _, err := q.ExecContext(ctx, finishLogSQL, string(fp.Outcome), errText, retryAt, fp.TaskID, fp.Token); err != nil {
+		return 0, fmt.Errorf("log end: %w", mapErr(err))
+	}
+	return processID, nil
 }

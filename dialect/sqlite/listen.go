@@ -15,7 +15,7 @@ const watchInterval = 20 * time.Millisecond
 // this process or another, commits. A change wakes the worker, which then runs
 // one claim; an unchanged counter costs no query of the queue.
 func (s *SQLite) Listen(ctx context.Context) (<-chan struct{}, error) {
-	conn, err := s.db.Conn(ctx)
+	conn, err := s.bodies.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}

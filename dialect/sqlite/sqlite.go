@@ -30,8 +30,9 @@ func init() {
 
 // SQLite implements dialect.Dialect.
 type SQLite struct {
-	db   *sql.DB
-	path string
+	db     *sql.DB // the queue's own statements: one connection (see Open)
+	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
+	path   string
 }
 
 // Open opens (creating if missing) the database file named by the DSN:
@@ -52,15 +53,33 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	dsnFile := "file:" + path + "?" + q.Encode()
+	open := func() (*sql.DB, error) {
+		db, err := sql.Open("sqlite", dsnFile)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+		if err := db.PingContext(ctx); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		}
+		return db, nil
+	}
+	queue, err := open()
 	if err != nil {
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+		return nil, err
 	}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	// One connection for the queue's own statements: SQLite runs one writer at
+	// a time anyway, and this process's writers then wait their turn in Go's
+	// pool, woken at once, instead of in SQLite's busy handler, which sleeps up
+	// to 100ms between tries. Other processes still meet busy_timeout.
+	queue.SetMaxOpenConns(1)
+	bodies, err := open()
+	if err != nil {
+		queue.Close()
+		return nil, err
 	}
-	return &SQLite{db: db, path: path}, nil
+	return &SQLite{db: queue, bodies: bodies, path: path}, nil
 }
 
 // parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and
@@ -85,7 +104,7 @@ func parseDSN(dsn string) (string, url.Values, error) {
 func (s *SQLite) Name() string { return "sqlite" }
 
 // DB implements dialect.Dialect.
-func (s *SQLite) DB() *sql.DB { return s.db }
+func (s *SQLite) DB() *sql.DB { return s.bodies }
 
 // BeginTx implements dialect.Dialect: BEGIN IMMEDIATE, through the DSN's _txlock.
 func (s *SQLite) BeginTx(ctx context.Context) (*sql.Tx, error) {
@@ -97,7 +116,9 @@ func (s *SQLite) BeginTx(ctx context.Context) (*sql.Tx, error) {
 }
 
 // Close implements dialect.Dialect.
-func (s *SQLite) Close() error { return s.db.Close() }
+func (s *SQLite) Close() error {
+	return errors.Join(s.db.Close(), s.bodies.Close())
+}
 
 // inTx runs fn in q when q is already a transaction, otherwise in a new one.
 func (s *SQLite) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Querier) error) error {

@@ -283,37 +283,49 @@ END $$;
 
 -- stageq.claim leases up to p_max tasks to worker p_worker with token p_token for
 -- p_lease_ms, fairly across processes, and returns the leased rows (the caller
--- writes their Logs rows in the same statement). Each round seeks the run queue
--- for the next process (priority, then lowest pass), locks it, takes one task of
--- it that its limits admit, and advances its pass: one task per process per
--- round is what makes a single claim of many tasks round robin too.
--- At most p_max + 8 processes are examined, so a run queue headed by processes
--- whose tasks all wait on full limits costs a bounded amount; such a process is
--- moved to the end of the current round so that later claims reach the others.
+-- writes their Logs rows in the same statement).
+--
+-- Each turn seeks the run queue for the next process (priority, then lowest
+-- pass), locks it, and takes as many of its tasks as stride scheduling gives it
+-- before the next process's pass is reached: one task when several processes are
+-- level, the whole batch when it runs alone. Its pass then advances by
+-- 1,000,000 / weight per task. A claim of many tasks is therefore as fair as many
+-- claims of one, at the cost of one statement per turn instead of one per task.
+-- When no limit is defined at all, a turn's tasks are leased by one UPDATE;
+-- otherwise each candidate is admitted by stageq.limit_admits.
+--
+-- At most p_max + 8 turns are taken, so a run queue headed by processes whose
+-- tasks all wait on full limits costs a bounded amount; such a process is moved
+-- to the end of the current round so that later claims reach the others.
 CREATE FUNCTION stageq.claim(p_max int, p_worker text, p_token bigint, p_lease_ms bigint)
 RETURNS SETOF stageq.tasks
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_pid      bigint;
-    v_weight   int;
-    v_claimed  int := 0;
-    v_rounds   int := 0;
-    v_locked   boolean := false;
-    v_skip     bigint[] := '{}';
-    v_cand     record;
-    v_task     stageq.tasks;
-    v_got      boolean;
-    v_min      bigint;
-    v_head     bigint;
+    v_limits    boolean := EXISTS (SELECT 1 FROM stageq.limits);
+    v_claimed   int := 0;
+    v_turns     int := 0;
+    v_locked    boolean := false;
+    v_skip      bigint[] := '{}';
+    v_head      bigint;
     v_head_pass bigint;
-    v_top      int;
+    v_top       int;
+    v_pid       bigint;
+    v_pass      bigint;
+    v_weight    int;
+    v_maxpar    int;
+    v_stride    bigint;
+    v_next      bigint;
+    v_take      int;
+    v_got       int;
+    v_min       bigint;
+    v_cand      record;
+    v_task      stageq.tasks;
 BEGIN
-    WHILE v_claimed < p_max AND v_rounds < p_max + 8 LOOP
-        v_rounds := v_rounds + 1;
+    WHILE v_claimed < p_max AND v_turns < p_max + 8 LOOP
+        v_turns := v_turns + 1;
         -- The head of the run queue, unlocked: its priority is the only one this
-        -- round may serve, so a busy higher-priority process is never passed
-        -- over for a lower one (priority is strict; SKIP LOCKED only rotates
-        -- among equals).
+        -- turn may serve, so a busy higher-priority process is never passed
+        -- over for a lower one.
         SELECT p.id, p.priority, p.pass INTO v_head, v_top, v_head_pass FROM stageq.processes p
          WHERE p.runnable AND p.ready_at <= now() AND p.id <> ALL (v_skip)
          ORDER BY p.priority DESC, p.pass, p.id
@@ -328,7 +340,8 @@ BEGIN
             -- claim served it meanwhile (its pass moved), it is no longer the
             -- head, and this claim goes on without waiting again (the wait may
             -- have left it holding that row).
-            SELECT p.id, p.weight INTO v_pid, v_weight FROM stageq.processes p
+            SELECT p.id, p.pass, p.weight, p.max_parallel INTO v_pid, v_pass, v_weight, v_maxpar
+              FROM stageq.processes p
              WHERE p.id = v_head AND p.pass = v_head_pass AND p.runnable AND p.ready_at <= now()
                FOR UPDATE;
             IF NOT FOUND THEN
@@ -339,7 +352,8 @@ BEGIN
             -- Holding locks, never wait: take the next free process of the
             -- head's priority (priority is strict; SKIP LOCKED only rotates
             -- among equals), or return what we have.
-            SELECT p.id, p.weight INTO v_pid, v_weight FROM stageq.processes p
+            SELECT p.id, p.pass, p.weight, p.max_parallel INTO v_pid, v_pass, v_weight, v_maxpar
+              FROM stageq.processes p
              WHERE p.runnable AND p.ready_at <= now() AND p.id <> ALL (v_skip) AND p.priority = v_top
              ORDER BY p.priority DESC, p.pass, p.id
              LIMIT 1
@@ -347,36 +361,69 @@ BEGIN
             EXIT WHEN NOT FOUND;
         END IF;
         v_locked := true;
+        v_stride := 1000000 / v_weight;
 
-        v_got := false;
+        -- This turn's share: the tasks it may take before its pass passes the
+        -- next process's of the same priority (all that is asked when alone).
+        v_take := p_max - v_claimed;
+        SELECT p.pass INTO v_next FROM stageq.processes p
+         WHERE p.runnable AND p.ready_at <= now() AND p.priority = v_top
+           AND p.id <> v_pid AND p.id <> ALL (v_skip)
+         ORDER BY p.priority DESC, p.pass, p.id
+         LIMIT 1;
+        IF FOUND THEN
+            v_take := least(v_take, greatest(1, (v_next - v_pass) / v_stride + 1)::int);
+        END IF;
+        IF v_maxpar IS NOT NULL THEN
+            v_take := least(v_take, v_maxpar - (SELECT count(*) FROM stageq.tasks
+                                                 WHERE process_id = v_pid AND state = 'running')::int);
+        END IF;
+
         -- The process row lock keeps every other writer off this process's
         -- available tasks, so the candidates need no row locks of their own.
-        FOR v_cand IN
-            SELECT t.id, t.kind, t.limit_key FROM stageq.tasks t
-             WHERE t.process_id = v_pid AND t.state = 'available' AND t.run_at <= now()
-             ORDER BY t.priority DESC, t.run_at, t.id
-             LIMIT 8
-        LOOP
-            CONTINUE WHEN NOT stageq.limit_admits(v_cand.limit_key, v_cand.kind);
-            UPDATE stageq.tasks t
-               SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
-                   lease_token = p_token, lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
-             WHERE t.id = v_cand.id
-            RETURNING t.* INTO v_task;
-            RETURN NEXT v_task;
-            v_claimed := v_claimed + 1;
-            v_got := true;
-            EXIT;
-        END LOOP;
+        v_got := 0;
+        IF v_take > 0 AND NOT v_limits THEN
+            FOR v_task IN
+                UPDATE stageq.tasks t
+                   SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
+                       lease_token = p_token, lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+                 WHERE t.id IN (SELECT c.id FROM stageq.tasks c
+                                 WHERE c.process_id = v_pid AND c.state = 'available' AND c.run_at <= now()
+                                 ORDER BY c.priority DESC, c.run_at, c.id
+                                 LIMIT v_take)
+                RETURNING t.*
+            LOOP
+                RETURN NEXT v_task;
+                v_got := v_got + 1;
+            END LOOP;
+        ELSIF v_take > 0 THEN
+            FOR v_cand IN
+                SELECT t.id, t.kind, t.limit_key FROM stageq.tasks t
+                 WHERE t.process_id = v_pid AND t.state = 'available' AND t.run_at <= now()
+                 ORDER BY t.priority DESC, t.run_at, t.id
+                 LIMIT v_take + 8
+            LOOP
+                CONTINUE WHEN NOT stageq.limit_admits(v_cand.limit_key, v_cand.kind);
+                UPDATE stageq.tasks t
+                   SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
+                       lease_token = p_token, lease_expires_at = now() + p_lease_ms * interval '1 millisecond'
+                 WHERE t.id = v_cand.id
+                RETURNING t.* INTO v_task;
+                RETURN NEXT v_task;
+                v_got := v_got + 1;
+                EXIT WHEN v_got >= v_take;
+            END LOOP;
+        END IF;
+        v_claimed := v_claimed + v_got;
 
-        IF v_got THEN
-            UPDATE stageq.processes SET pass = pass + 1000000 / v_weight WHERE id = v_pid;
+        IF v_got > 0 THEN
+            UPDATE stageq.processes SET pass = pass + v_got * v_stride WHERE id = v_pid;
         ELSE
             -- Nothing it may start now: it loses this turn and goes to the end of
             -- the current round (idempotent, so waiting never inflates its pass).
             v_skip := v_skip || v_pid;
             SELECT pass INTO v_min FROM stageq.processes WHERE runnable ORDER BY pass LIMIT 1;
-            UPDATE stageq.processes SET pass = greatest(pass, coalesce(v_min, pass) + 1000000 / v_weight)
+            UPDATE stageq.processes SET pass = greatest(pass, coalesce(v_min, pass) + v_stride)
              WHERE id = v_pid;
         END IF;
         PERFORM stageq.refresh_process(v_pid);
@@ -583,6 +630,76 @@ BEGIN
 
     PERFORM stageq.open_stage(v_pid);
     RETURN true;
+END $$;
+
+-- stageq.finish_many ends many attempts in one transaction, as stageq.finish
+-- does one: p_ids, p_tokens, p_outcomes, p_errors and p_retry_ms are parallel
+-- arrays. It returns the ids whose token still held; the others changed nothing.
+-- The process rows are locked first, in ascending id order, so two batches
+-- never wait on each other in a cycle; each process's stage is then re-derived
+-- once for the whole batch. This is the worker's path: one round trip for as
+-- many results as finished while the previous batch was being recorded.
+CREATE FUNCTION stageq.finish_many(p_ids bigint[], p_tokens bigint[], p_outcomes text[],
+                                   p_errors text[], p_retry_ms bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pid  bigint;
+    v_ids  bigint[];
+    v_pids bigint[];
+BEGIN
+    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o NOT IN ('succeeded', 'failed', 'released')) THEN
+        RAISE EXCEPTION 'stageq.finish_many: unknown outcome in %', p_outcomes USING ERRCODE = '22023';
+    END IF;
+    PERFORM 1 FROM stageq.processes p
+     WHERE p.id IN (SELECT t.process_id FROM stageq.tasks t
+                     WHERE t.id = ANY (p_ids) AND t.state = 'running')
+     ORDER BY p.id
+       FOR UPDATE;
+
+    WITH r AS (
+        SELECT * FROM unnest(p_ids, p_tokens, p_outcomes, p_errors, p_retry_ms)
+                   AS r(id, token, outcome, error, retry_ms)
+    ), done AS (
+        DELETE FROM stageq.tasks t USING r
+         WHERE t.id = r.id AND t.lease_token = r.token AND t.state = 'running' AND r.outcome = 'succeeded'
+        RETURNING t.id, t.process_id, NULL::timestamptz AS retry_at
+    ), back AS (
+        -- A task handed back is available only if its stage is still the open one.
+        UPDATE stageq.tasks t
+           SET state = CASE WHEN r.outcome = 'failed' AND coalesce(r.retry_ms, 0) <= 0 THEN 'failed'
+                            WHEN t.execution_order = p.current_order THEN 'available'
+                            ELSE 'blocked' END,
+               attempt = CASE WHEN r.outcome = 'released' THEN t.attempt - 1 ELSE t.attempt END,
+               run_at = CASE WHEN r.outcome = 'released' THEN now()
+                             WHEN r.outcome = 'failed' AND r.retry_ms > 0
+                             THEN clock_timestamp() + r.retry_ms * interval '1 millisecond'
+                             ELSE t.run_at END,
+               last_error = CASE WHEN r.outcome = 'failed' THEN nullif(r.error, '') ELSE t.last_error END,
+               worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+          FROM r, stageq.processes p
+         WHERE t.id = r.id AND t.lease_token = r.token AND t.state = 'running'
+           AND r.outcome <> 'succeeded' AND p.id = t.process_id
+        RETURNING t.id, t.process_id,
+                  CASE WHEN r.outcome = 'failed' AND r.retry_ms > 0 THEN t.run_at END AS retry_at
+    ), ended AS (
+        SELECT * FROM done UNION ALL SELECT * FROM back
+    ), logged AS (
+        UPDATE stageq.logs l
+           SET ended_at = clock_timestamp(),
+               duration_ms = (extract(epoch FROM clock_timestamp() - l.started_at) * 1000)::bigint,
+               outcome = r.outcome, error = nullif(r.error, ''), retry_at = e.retry_at
+          FROM ended e JOIN r ON r.id = e.id
+         WHERE l.task_id = e.id AND l.lease_token = r.token
+    )
+    SELECT array_agg(e.id), array_agg(DISTINCT e.process_id) INTO v_ids, v_pids FROM ended e;
+
+    IF v_pids IS NOT NULL THEN
+        FOREACH v_pid IN ARRAY v_pids LOOP
+            PERFORM stageq.open_stage(v_pid);
+        END LOOP;
+    END IF;
+    RETURN QUERY SELECT unnest(v_ids);
 END $$;
 
 -- stageq.rescue returns up to p_max tasks whose lease expired to the queue, or
