@@ -28,6 +28,22 @@ test/short:
 	./scripts/ensure-postgres.sh
 	$(GO) test -count=1 $(PKGS)
 
+## bench: benchmark suite on PostgreSQL and SQLite (SQL Server when STAGEQ_SQLSERVER_DSN is set), table + JSON lines; BENCHFLAGS=-quick for a smoke run
+bench:
+	./scripts/ensure-postgres.sh
+	$(GO) run ./cmd/stageq-bench $(BENCHFLAGS)
+
+## bench/micro: per-dialect go test benchmarks of claim and finish (compare runs with benchstat)
+bench/micro:
+	./scripts/ensure-postgres.sh
+	$(GO) test -run '^$$' -bench . -count 6 ./bench/
+
+## test/sqlserver: the conformance suite against the docker-compose SQL Server (needs a Docker engine)
+test/sqlserver:
+	docker compose up -d --wait sqlserver
+	STAGEQ_SQLSERVER_DSN='sqlserver://sa:$(or $(MSSQL_SA_PASSWORD),Stageq_Demo_2024)@127.0.0.1:1433?database=master&TrustServerCertificate=true' \
+	  $(GO) test -count=1 -timeout 25m ./conformance/ ./dialect/sqlserver/
+
 ## lint: gofmt and go vet
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -38,4 +54,4 @@ lint:
 clean:
 	rm -rf $(BIN) demo.db demo.db-wal demo.db-shm
 
-.PHONY: help build demo test test/short lint clean
+.PHONY: help build demo test test/short test/sqlserver bench bench/micro lint clean
