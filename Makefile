@@ -21,6 +21,7 @@ demo: build
 ## test: vet, then every test (SQLite and PostgreSQL; SQL Server when STAGEQ_SQLSERVER_DSN is set) with -race
 test: lint
 	./scripts/ensure-postgres.sh
+	@[ -n "$$STAGEQ_SQLSERVER_DSN" ] || echo "make test: STAGEQ_SQLSERVER_DSN is not set: the SQL Server conformance suite is skipped"
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 ## test/short: the tests without -race, for a quick loop
