@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,6 +284,9 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 		case <-w.wake:
 			poll = w.cfg.PollMin
 		case <-w.slotFree:
+			// Results are recorded in batches, so slots free in bursts: let the
+			// rest of the burst go first, and claim for all of it at once.
+			runtime.Gosched()
 		case <-timer.C:
 			if claimed == 0 && free > 0 {
 				poll = min(poll*2, w.cfg.PollMax)

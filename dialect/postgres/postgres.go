@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -38,7 +39,11 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		return nil, err
 	}
 	db := stdlib.OpenDB(*cfg)
-	db.SetMaxIdleConns(16)
+	// Keep connections for every concurrent task body (database/sql keeps 2 by
+	// default and would reconnect for each task beyond them); idle ones close
+	// after a while, so a quiet worker holds few.
+	db.SetMaxIdleConns(256)
+	db.SetConnMaxIdleTime(time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("connect to postgres %s: %w", dialect.Redact(dsn), err)
