@@ -165,6 +165,11 @@ func TestLimitChangeMidRun(t *testing.T) {
 			t.Logf("limit %s=%d: max %d at once", key, limit, got)
 		}
 		phase(2, 8, "kind:lim") // the kind limit binds first
+		// Set the named limit before the kind limit goes, so that no moment is
+		// unlimited (tasks claimed then would start after the next phase began).
+		if err := op.LimitSet(ctx, "knob", 2); err != nil {
+			t.Fatal(err)
+		}
 		if err := op.LimitDelete(ctx, "kind:lim"); err != nil {
 			t.Fatal(err)
 		}

@@ -41,9 +41,11 @@ type Dialect interface {
 	// the process to its next stage when the attempt finished the current one.
 	// It returns ErrLeaseLost, changing nothing, when the token no longer holds.
 	TaskFinish(ctx context.Context, q Querier, p FinishParams) error
-	// TaskExtendLeases extends the leases a worker holds and returns the ids of the
-	// tasks it still holds; a task missing from the answer was lost.
-	TaskExtendLeases(ctx context.Context, p ExtendParams) ([]int64, error)
+	// TaskExtendLeases extends the leases of the attempts a worker is running
+	// (p.Tasks) and returns those it still holds; one missing from the answer was
+	// lost. A lease the worker holds but did not list is not extended: it expires
+	// and is rescued, so an attempt the worker gave up on cannot stay running.
+	TaskExtendLeases(ctx context.Context, p ExtendParams) ([]TaskLease, error)
 	// TaskRescueExpired returns tasks whose lease expired to the queue (or fails
 	// them when they are out of attempts), closing their Logs rows as abandoned.
 	TaskRescueExpired(ctx context.Context, p RescueParams) (int, error)
@@ -188,6 +190,13 @@ type FinishParams struct {
 type ExtendParams struct {
 	WorkerID string
 	Lease    time.Duration
+	Tasks    []TaskLease // the attempts the worker is running
+}
+
+// TaskLease names one attempt: a task and the lease token of its claim.
+type TaskLease struct {
+	ID    int64 `json:"id"`
+	Token int64 `json:"token"`
 }
 
 // RescueParams bounds one rescue pass.

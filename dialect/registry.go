@@ -73,8 +73,14 @@ func Redact(dsn string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
+	changed := false
+	for k := range q {
+		if strings.EqualFold(k, "password") || strings.EqualFold(k, "pwd") {
+			q.Set(k, "xxxxx")
+			changed = true
+		}
+	}
+	if changed {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()

@@ -12,6 +12,7 @@ func TestRedact(t *testing.T) {
 		"postgres://u:pw@h/db":                       "postgres://u:xxxxx@h/db",
 		"postgres://u@h/db?password=pw":              "postgres://u@h/db?password=xxxxx",
 		"sqlserver://sa:Secret!1@h:1433?database=x":  "sqlserver://sa:xxxxx@h:1433?database=x",
+		"sqlserver://sa@h?database=x&Password=pw":    "sqlserver://sa@h?Password=xxxxx&database=x",
 		"sqlite://file.db":                           "sqlite://file.db",
 		"server=h;user id=sa;password=pw;database=x": "server=h;user id=sa;password=xxxxx;database=x",
 	} {

@@ -10,30 +10,97 @@ import (
 // rescueBatch bounds one rescue pass, well under SQL Server's lock escalation.
 const rescueBatch = 100
 
-// heartbeatLoop keeps the worker's leases alive and rescues other workers'
-// expired ones. When heartbeats fail for longer than a lease, the worker's
-// leases may already belong to others: it stops claiming and cancels its
-// running tasks (fail fast) until the database answers again.
+// heartbeatLoop keeps the leases of the attempts this worker is running alive.
+//
+// It extends exactly the attempts running here (by task and token): a lease the
+// worker gave up on (its result could not be recorded) is not extended, so it
+// expires and any worker rescues it. And the worker fails fast: every good
+// extension sets a deadline a little before the leases it extended expire, on
+// this machine's monotonic clock from the moment the extension was sent; if no
+// later extension lands by then, the database may hand the tasks to others, so
+// the worker stops claiming and cancels its running tasks rather than run them
+// beside a new holder. It claims again once an extension lands.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
-	lastOK := time.Now()
+	// The margin leaves room for the cancellation to take effect before expiry.
+	margin := min(w.cfg.Heartbeat/2, w.cfg.Lease/10)
+	deadline := time.NewTimer(w.cfg.Lease - margin)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			if w.healthy.Swap(false) {
+				w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
+			}
+			w.cancelAll()
+			continue
+		case <-ticker.C:
+		}
+		sent := time.Now()
+		if w.beat(ctx) {
+			deadline.Reset(w.cfg.Lease - margin - time.Since(sent))
+			if !w.healthy.Swap(true) {
+				w.log.Info().Msg("database reachable again; claiming resumes")
+			}
+		}
+	}
+}
+
+// beat records the heartbeat and extends the leases of the running attempts;
+// attempts the database no longer gives this worker are cancelled.
+func (w *Worker) beat(ctx context.Context) bool {
+	// A busy database may answer slowly; the fail-fast deadline, not this
+	// timeout, decides when the worker stops trusting its leases.
+	bctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/2)
+	defer cancel()
+	if err := w.d.WorkerHeartbeat(bctx, w.cfg.ID); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("heartbeat failed")
+		}
+		return false
+	}
+	// Only attempts started before the extension can be judged by its answer.
+	running := w.runningLeases()
+	held, err := w.d.TaskExtendLeases(bctx, dialect.ExtendParams{WorkerID: w.cfg.ID, Lease: w.cfg.Lease, Tasks: running})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("lease extension failed")
+		}
+		return false
+	}
+	holds := make(map[dialect.TaskLease]bool, len(held))
+	for _, h := range held {
+		holds[h] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range running {
+		if cancel, still := w.running[l]; still && !holds[l] {
+			cancel(errLeaseLost)
+		}
+	}
+	return true
+}
+
+// rescueLoop returns other workers' expired leases to the queue. It runs apart
+// from the heartbeat, with a bounded wait, so a rescue slowed by locks never
+// delays the extension of this worker's own leases.
+func (w *Worker) rescueLoop(ctx context.Context) {
+	ticker := time.NewTicker(w.cfg.Heartbeat)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
-		if w.beat(ctx) {
-			lastOK = time.Now()
-			if !w.healthy.Swap(true) {
-				w.log.Info().Msg("database reachable again; claiming resumes")
-			}
-		} else if time.Since(lastOK) > w.cfg.Lease && w.healthy.Swap(false) {
-			w.log.Error().Dur("since", time.Since(lastOK)).Msg("heartbeats failing longer than a lease; stopped claiming and abandoning running tasks")
-			w.cancelAll()
-		}
-		if n, err := w.d.TaskRescueExpired(ctx, dialect.RescueParams{Max: rescueBatch}); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
+		n, err := w.d.TaskRescueExpired(rctx, dialect.RescueParams{Max: rescueBatch})
+		cancel()
+		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Warn().Err(err).Msg("rescue failed")
 			}
@@ -44,50 +111,14 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// beat records the heartbeat and extends leases; tasks the database no longer
-// gives this worker are cancelled.
-func (w *Worker) beat(ctx context.Context) bool {
-	// A busy database may answer slowly; the beat is only too late once the
-	// leases it extends could have expired.
-	bctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/2)
-	defer cancel()
-	if err := w.d.WorkerHeartbeat(bctx, w.cfg.ID); err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn().Err(err).Msg("heartbeat failed")
-		}
-		return false
-	}
-	// Only tasks started before the extension can be judged by its answer.
-	before := w.runningIDs()
-	held, err := w.d.TaskExtendLeases(bctx, dialect.ExtendParams{WorkerID: w.cfg.ID, Lease: w.cfg.Lease})
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn().Err(err).Msg("lease extension failed")
-		}
-		return false
-	}
-	holds := make(map[int64]bool, len(held))
-	for _, id := range held {
-		holds[id] = true
-	}
+func (w *Worker) runningLeases() []dialect.TaskLease {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, id := range before {
-		if cancel, still := w.running[id]; still && !holds[id] {
-			cancel(errLeaseLost)
-		}
+	out := make([]dialect.TaskLease, 0, len(w.running))
+	for l := range w.running {
+		out = append(out, l)
 	}
-	return true
-}
-
-func (w *Worker) runningIDs() []int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ids := make([]int64, 0, len(w.running))
-	for id := range w.running {
-		ids = append(ids, id)
-	}
-	return ids
+	return out
 }
 
 func (w *Worker) cancelAll() {

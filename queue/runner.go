@@ -45,15 +45,14 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 		}
 	}
 
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
-	if err := w.finish(fctx, fp); err != nil {
+	if err := w.finishRetrying(ctx, fp); err != nil {
 		if errors.Is(err, dialect.ErrLeaseLost) {
 			log.Warn().Msg("lease lost before the result was recorded; another worker owns the task now")
 			return
 		}
-		// The lease will expire and the task run again: at-least-once.
-		log.Error().Err(err).Msg("could not record the task's end; it will be retried after its lease expires")
+		// The attempt leaves this worker's running set, so its lease is no
+		// longer extended: it expires and the task runs again (at-least-once).
+		log.Error().Err(err).Msg("could not record the task's end; it will run again once its lease expires")
 		return
 	}
 	ev := log.Info()
@@ -66,6 +65,26 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 		}
 	}
 	ev.Str("outcome", string(fp.Outcome)).Dur("took", time.Since(began)).Msg("task ended")
+}
+
+// finishRetrying records an attempt's end, trying again on errors that may pass
+// (a dropped connection, a deadlock victim, a timeout) for up to half a lease,
+// while the lease is still being extended.
+func (w *Worker) finishRetrying(ctx context.Context, fp dialect.FinishParams) error {
+	giveUp := time.Now().Add(w.cfg.Lease / 2)
+	wait := 50 * time.Millisecond
+	for {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		err := w.finish(fctx, fp)
+		cancel()
+		if err == nil || errors.Is(err, dialect.ErrLeaseLost) || errors.Is(err, dialect.ErrInvalid) ||
+			time.Now().Add(wait).After(giveUp) {
+			return err
+		}
+		w.log.Warn().Err(err).Int64("task_id", fp.TaskID).Dur("retry_in", wait).Msg("recording the task's end failed; trying again")
+		time.Sleep(wait)
+		wait *= 2
+	}
 }
 
 // execute runs the task's body. finished reports that the attempt's success was

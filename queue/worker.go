@@ -119,7 +119,7 @@ type Worker struct {
 	handlers map[string]Handler
 
 	mu      sync.Mutex
-	running map[int64]context.CancelCauseFunc // task id -> cancel of its run
+	running map[dialect.TaskLease]context.CancelCauseFunc // attempt (task, token) -> cancel of its run
 
 	slotFree chan struct{}  // a task ended
 	wake     chan struct{}  // work may be available (notification, rescue)
@@ -138,7 +138,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("worker", cfg.ID).Logger(),
 		handlers: map[string]Handler{},
-		running:  map[int64]context.CancelCauseFunc{},
+		running:  map[dialect.TaskLease]context.CancelCauseFunc{},
 		slotFree: make(chan struct{}, 1),
 		wake:     make(chan struct{}, 1),
 	}
@@ -189,6 +189,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() { defer bg.Done(); w.heartbeatLoop(bgCtx) }()
+	bg.Add(1)
+	go func() { defer bg.Done(); w.rescueLoop(bgCtx) }()
 	if n, ok := w.d.(dialect.Notifier); ok {
 		if ch, err := n.Listen(bgCtx); err != nil {
 			w.log.Warn().Err(err).Msg("notifications unavailable; polling only")
@@ -282,7 +284,9 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
-			poll = w.cfg.PollMin
+			// Claim now, but keep the backoff: a wake-up is a hint (on SQLite any
+			// commit, a heartbeat included), and only a claim that finds work
+			// resets the polling interval.
 		case <-w.slotFree:
 			// Results are recorded in batches, so slots free in bursts: let the
 			// rest of the burst go first, and claim for all of it at once.
@@ -299,14 +303,15 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 func (w *Worker) start(taskCtx context.Context, tasks *sync.WaitGroup, t dialect.ClaimedTask) {
 	runCtx, cancel := context.WithCancelCause(taskCtx)
 	w.mu.Lock()
-	w.running[t.ID] = cancel
+	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
+	w.running[key] = cancel
 	w.mu.Unlock()
 	tasks.Add(1)
 	go func() {
 		defer tasks.Done()
 		defer func() {
 			w.mu.Lock()
-			delete(w.running, t.ID)
+			delete(w.running, key)
 			w.mu.Unlock()
 			cancel(nil)
 			signal(w.slotFree)

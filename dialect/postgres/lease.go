@@ -7,30 +7,36 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// extendSQL pushes back the lease of every task worker $1 holds, by $2 ms from the
-// database's now, and returns their ids. A task the worker believes it holds but
-// that is missing here was rescued and must be abandoned by the worker.
+// extendSQL pushes back, by $2 ms from the database's now, the leases of the
+// attempts worker $1 names (task ids $3 with tokens $4) and returns those it still
+// holds. One missing from the answer was rescued: the worker abandons it.
 const extendSQL = `
-UPDATE stageq.tasks SET lease_expires_at = now() + $2 * interval '1 millisecond'
- WHERE worker_id = $1 AND state = 'running'
-RETURNING id`
+UPDATE stageq.tasks t SET lease_expires_at = now() + $2 * interval '1 millisecond'
+  FROM unnest($3::bigint[], $4::bigint[]) AS h(id, token)
+ WHERE t.id = h.id AND t.lease_token = h.token AND t.worker_id = $1 AND t.state = 'running'
+RETURNING t.id, t.lease_token`
 
 // TaskExtendLeases implements dialect.Dialect.
-func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]int64, error) {
-	rows, err := p.db.QueryContext(ctx, extendSQL, ep.WorkerID, ep.Lease.Milliseconds())
+func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
+	ids := make([]int64, len(ep.Tasks))
+	tokens := make([]int64, len(ep.Tasks))
+	for i, t := range ep.Tasks {
+		ids[i], tokens[i] = t.ID, t.Token
+	}
+	rows, err := p.db.QueryContext(ctx, extendSQL, ep.WorkerID, ep.Lease.Milliseconds(), ids, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
 	}
 	defer rows.Close()
-	var ids []int64
+	var held []dialect.TaskLease
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var h dialect.TaskLease
+		if err := rows.Scan(&h.ID, &h.Token); err != nil {
 			return nil, fmt.Errorf("extend leases: %w", err)
 		}
-		ids = append(ids, id)
+		held = append(held, h)
 	}
-	return ids, rows.Err()
+	return held, rows.Err()
 }
 
 // rescueSQL calls stageq.rescue (migrations/postgres). In: rows per pass. Out:

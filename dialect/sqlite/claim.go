@@ -12,27 +12,57 @@ import (
 
 // The claim runs under BEGIN IMMEDIATE, so no other writer runs between its reads
 // and writes and it needs no row locks. It makes the same decisions as
-// PostgreSQL's stageq.claim: each round serves the runnable process with the
-// highest priority and lowest stride-scheduling pass (a seek on
-// stageq_processes_queue, which holds runnable processes only), takes one of its
-// available tasks that the limits admit (a seek on stageq_tasks_claim_process)
-// and advances its pass by 1,000,000 / weight.
+// PostgreSQL's stageq.claim: each turn serves the runnable process at the head
+// of the run queue (highest priority, then lowest stride-scheduling pass: a
+// seek on stageq_processes_queue, which holds runnable processes only) and
+// takes its share in one go: all that is asked when no other process of its
+// priority is runnable, otherwise the tasks it may take before its pass passes
+// the next one's, floor((next pass - pass) / stride) + 1, capped by its
+// max_parallel. The pass then advances by that many strides (1,000,000 / weight).
 const (
-	// In: processes already passed over in this claim (JSON array). Out: id, weight.
+	// Is any limit row defined? Without one every task is admitted, and a turn
+	// takes its share with one UPDATE.
+	claimLimitsSQL = `SELECT EXISTS (SELECT 1 FROM stageq_limits)`
+	// In: processes already passed over in this claim (JSON array).
+	// Out: id, priority, pass, weight, max_parallel.
 	claimNextProcessSQL = `
-SELECT id, weight FROM stageq_processes
+SELECT id, priority, pass, weight, max_parallel FROM stageq_processes
  WHERE runnable = 1 AND ready_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
    AND id NOT IN (SELECT value FROM json_each(?))
  ORDER BY priority DESC, pass, id
  LIMIT 1`
-	// In: process. Out: up to 8 candidates in the process's own order. INDEXED BY:
-	// left to itself the planner may prefer stageq_tasks_ready's range on run_at
-	// and then sort every available task of the process, on every claim.
+	// The pass of the process that would be served after this one at the same
+	// priority. In: priority, process, skipped processes (JSON array).
+	claimNextPassSQL = `
+SELECT pass FROM stageq_processes
+ WHERE runnable = 1 AND ready_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+   AND priority = ? AND id <> ? AND id NOT IN (SELECT value FROM json_each(?))
+ ORDER BY priority DESC, pass, id
+ LIMIT 1`
+	// In: process.
+	claimRunningSQL = `SELECT count(*) FROM stageq_tasks WHERE process_id = ? AND state = 'running'`
+	// The fast path (no limit rows): a turn's whole share in one statement.
+	// In: worker, token, lease offset, process, share. INDEXED BY: see below.
+	// LIMIT CAST(? AS INTEGER), not LIMIT ?: SQLite plans a bare bound LIMIT
+	// with its value and then re-prepares the statement every time the value is
+	// bound again, which a cached statement is here to avoid.
+	claimShareSQL = `
+UPDATE stageq_tasks
+   SET state = 'running', attempt = attempt + 1, worker_id = ?, lease_token = ?,
+       lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
+ WHERE id IN (SELECT id FROM stageq_tasks INDEXED BY stageq_tasks_claim_process
+               WHERE process_id = ? AND state = 'available' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+               ORDER BY priority DESC, run_at, id
+               LIMIT CAST(? AS INTEGER))
+RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic`
+	// In: process, how many. Out: candidates in the process's own order. INDEXED
+	// BY: left to itself the planner may prefer stageq_tasks_ready's range on
+	// run_at and then sort every available task of the process, on every claim.
 	claimCandidatesSQL = `
 SELECT id, kind, limit_key FROM stageq_tasks INDEXED BY stageq_tasks_claim_process
  WHERE process_id = ? AND state = 'available' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
  ORDER BY priority DESC, run_at, id
- LIMIT 8`
+ LIMIT CAST(? AS INTEGER)`
 	// In: worker, token, lease offset, task id.
 	claimTaskSQL = `
 UPDATE stageq_tasks
@@ -40,7 +70,7 @@ UPDATE stageq_tasks
        lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
  WHERE id = ?
 RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic`
-	// In: stride, process.
+	// In: strides (tasks taken * stride), process.
 	claimAdvanceSQL = `UPDATE stageq_processes SET pass = pass + ? WHERE id = ?`
 	// A process with nothing it may start loses its turn and goes to the end of
 	// the current round; idempotent, so waiting never inflates its pass.
@@ -52,7 +82,9 @@ UPDATE stageq_processes
 )
 
 // claimRoundsExtra bounds the processes one claim examines beyond its maximum,
-// so a run queue headed by processes waiting on full limits costs a bounded amount.
+// so a run queue headed by processes waiting on full limits costs a bounded
+// amount; it is also how many candidates beyond its share a turn examines when
+// limits may refuse some.
 const claimRoundsExtra = 8
 
 // claimLogSQL opens the Logs rows of the tasks a claim just leased (by token).
@@ -69,30 +101,63 @@ RETURNING task_id, process_name`
 func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
 	var out []dialect.ClaimedTask
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
-		index := map[int64]int{}
+		var limits bool
+		if err := q.QueryRowContext(ctx, claimLimitsSQL).Scan(&limits); err != nil {
+			return fmt.Errorf("claim: limits: %w", mapErr(err))
+		}
 		skip := []int64{}
-		for round := 0; len(out) < cp.Max && round < cp.Max+claimRoundsExtra; round++ {
-			skipJSON, _ := json.Marshal(skip)
-			var pid int64
-			var weight int
-			err := q.QueryRowContext(ctx, claimNextProcessSQL, string(skipJSON)).Scan(&pid, &weight)
+		skipJSON := "[]"
+		for turn := 0; len(out) < cp.Max && turn < cp.Max+claimRoundsExtra; turn++ {
+			var pid, priority, pass int64
+			var weight int64
+			var maxPar sql.NullInt64
+			err := q.QueryRowContext(ctx, claimNextProcessSQL, skipJSON).Scan(&pid, &priority, &pass, &weight, &maxPar)
 			if errors.Is(err, sql.ErrNoRows) {
 				break
 			}
 			if err != nil {
 				return fmt.Errorf("claim: next process: %w", mapErr(err))
 			}
-			t, got, err := s.claimOne(ctx, q, cp, pid)
+			stride := 1_000_000 / weight
+
+			// This turn's share: the tasks it may take before its pass passes
+			// the next process's of the same priority (all that is asked when
+			// alone), and no more than its max_parallel leaves room for.
+			take := int64(cp.Max - len(out))
+			var next int64
+			err = q.QueryRowContext(ctx, claimNextPassSQL, priority, pid, skipJSON).Scan(&next)
+			switch {
+			case err == nil:
+				take = min(take, max(1, (next-pass)/stride+1))
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("claim: next pass: %w", mapErr(err))
+			}
+			if maxPar.Valid {
+				var running int64
+				if err := q.QueryRowContext(ctx, claimRunningSQL, pid).Scan(&running); err != nil {
+					return fmt.Errorf("claim: running of process %d: %w", pid, mapErr(err))
+				}
+				take = min(take, maxPar.Int64-running)
+			}
+
+			var got []dialect.ClaimedTask
+			switch {
+			case take > 0 && !limits:
+				got, err = s.claimShare(ctx, q, cp, pid, take)
+			case take > 0:
+				got, err = s.claimAdmitted(ctx, q, cp, pid, take)
+			}
 			if err != nil {
 				return err
 			}
-			stride := 1_000_000 / int64(weight)
-			if got {
-				index[t.ID] = len(out)
-				out = append(out, t)
-				_, err = q.ExecContext(ctx, claimAdvanceSQL, stride, pid)
+			out = append(out, got...)
+
+			if len(got) > 0 {
+				_, err = q.ExecContext(ctx, claimAdvanceSQL, int64(len(got))*stride, pid)
 			} else {
 				skip = append(skip, pid)
+				b, _ := json.Marshal(skip)
+				skipJSON = string(b)
 				_, err = q.ExecContext(ctx, claimPassOverSQL, stride, pid)
 			}
 			if err != nil {
@@ -104,6 +169,10 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 		}
 		if len(out) == 0 {
 			return nil
+		}
+		index := make(map[int64]int, len(out))
+		for i, t := range out {
+			index[t.ID] = i
 		}
 		rows, err := q.QueryContext(ctx, claimLogSQL, cp.Token, cp.WorkerID)
 		if err != nil {
@@ -128,33 +197,57 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 	return out, nil
 }
 
-// claimOne leases the first candidate of a process that the limits admit.
-func (s *SQLite) claimOne(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, pid int64) (dialect.ClaimedTask, bool, error) {
+// claimShare leases up to take available tasks of a process in its own order,
+// in one statement: the path when no limit row exists.
+func (s *SQLite) claimShare(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, pid, take int64) ([]dialect.ClaimedTask, error) {
+	rows, err := q.QueryContext(ctx, claimShareSQL, cp.WorkerID, cp.Token, offset(cp.Lease), pid, take)
+	if err != nil {
+		return nil, fmt.Errorf("claim: lease tasks of process %d: %w", pid, mapErr(err))
+	}
+	defer rows.Close()
+	got := make([]dialect.ClaimedTask, 0, take)
+	for rows.Next() {
+		t := dialect.ClaimedTask{Token: cp.Token}
+		if err := rows.Scan(&t.ID, &t.ProcessID, &t.Order, &t.Kind, &t.Body, &t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
+			return nil, fmt.Errorf("claim: lease tasks of process %d: %w", pid, err)
+		}
+		got = append(got, t)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("claim: lease tasks of process %d: %w", pid, mapErr(err))
+	}
+	return got, nil
+}
+
+// claimAdmitted leases up to take candidates of a process that the limits
+// admit, each checked against the slots the tasks leased before it hold.
+func (s *SQLite) claimAdmitted(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, pid, take int64) ([]dialect.ClaimedTask, error) {
 	type candidate struct {
 		id       int64
 		kind     string
 		limitKey sql.NullString
 	}
-	rows, err := q.QueryContext(ctx, claimCandidatesSQL, pid)
+	rows, err := q.QueryContext(ctx, claimCandidatesSQL, pid, take+claimRoundsExtra)
 	if err != nil {
-		return dialect.ClaimedTask{}, false, fmt.Errorf("claim: candidates of process %d: %w", pid, mapErr(err))
+		return nil, fmt.Errorf("claim: candidates of process %d: %w", pid, mapErr(err))
 	}
 	var cands []candidate
 	for rows.Next() {
 		var c candidate
 		if err := rows.Scan(&c.id, &c.kind, &c.limitKey); err != nil {
 			rows.Close()
-			return dialect.ClaimedTask{}, false, fmt.Errorf("claim: %w", err)
+			return nil, fmt.Errorf("claim: %w", err)
 		}
 		cands = append(cands, c)
 	}
 	if err := rows.Close(); err != nil {
-		return dialect.ClaimedTask{}, false, fmt.Errorf("claim: %w", mapErr(err))
+		return nil, fmt.Errorf("claim: %w", mapErr(err))
 	}
+	var got []dialect.ClaimedTask
 	for _, c := range cands {
 		ok, err := limitAdmits(ctx, q, c.limitKey.String, c.kind)
 		if err != nil {
-			return dialect.ClaimedTask{}, false, fmt.Errorf("claim: %w", err)
+			return nil, fmt.Errorf("claim: %w", err)
 		}
 		if !ok {
 			continue
@@ -162,9 +255,12 @@ func (s *SQLite) claimOne(ctx context.Context, q dialect.Querier, cp dialect.Cla
 		t := dialect.ClaimedTask{Token: cp.Token}
 		if err := q.QueryRowContext(ctx, claimTaskSQL, cp.WorkerID, cp.Token, offset(cp.Lease), c.id).Scan(
 			&t.ID, &t.ProcessID, &t.Order, &t.Kind, &t.Body, &t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
-			return dialect.ClaimedTask{}, false, fmt.Errorf("claim: lease task %d: %w", c.id, mapErr(err))
+			return nil, fmt.Errorf("claim: lease task %d: %w", c.id, mapErr(err))
 		}
-		return t, true, nil
+		got = append(got, t)
+		if int64(len(got)) >= take {
+			break
+		}
 	}
-	return dialect.ClaimedTask{}, false, nil
+	return got, nil
 }

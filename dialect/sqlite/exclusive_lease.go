@@ -134,7 +134,7 @@ SELECT name, coalesce(holder, ''), token, acquired_at, expires_at, ` + nowSQL + 
 
 // LeaseList implements dialect.Scheduler.
 func (s *SQLite) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	rows, err := s.db.QueryContext(ctx, leaseListSQL, f.Name, f.HeldOnly)
+	rows, err := s.pool().QueryContext(ctx, leaseListSQL, f.Name, f.HeldOnly)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", mapErr(err))
 	}

@@ -10,11 +10,11 @@ import (
 )
 
 // The fence: every statement that ends an attempt matches the lease token and the
-// running state, so a worker whose lease was rescued changes nothing.
+// running state, so a worker whose lease was rescued changes nothing. Each
+// returns the task's process (and a retry its new run_at), so no row returned
+// means the lease is lost.
 const (
-	finishHeldSQL = `SELECT process_id FROM stageq_tasks WHERE id = ? AND lease_token = ? AND state = 'running'`
-
-	finishSucceededSQL = `DELETE FROM stageq_tasks WHERE id = ? AND lease_token = ? AND state = 'running'`
+	finishSucceededSQL = `DELETE FROM stageq_tasks WHERE id = ? AND lease_token = ? AND state = 'running' RETURNING process_id`
 
 	// A task handed back is available only if its stage is still the open one:
 	// a lower order may have arrived while it ran.
@@ -26,19 +26,22 @@ const (
 UPDATE stageq_tasks
    SET state = ` + backStateSQL + `, attempt = attempt - 1, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'`
+ WHERE id = ? AND lease_token = ? AND state = 'running'
+RETURNING process_id`
 
-	// In: retry time, error, id, token.
+	// In: retry offset, error, id, token.
 	finishRetrySQL = `
 UPDATE stageq_tasks
-   SET state = ` + backStateSQL + `, run_at = ?, last_error = ?,
+   SET state = ` + backStateSQL + `, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?), last_error = ?,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'`
+ WHERE id = ? AND lease_token = ? AND state = 'running'
+RETURNING process_id, run_at`
 
 	finishFailedSQL = `
 UPDATE stageq_tasks
    SET state = 'failed', last_error = ?, worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'`
+ WHERE id = ? AND lease_token = ? AND state = 'running'
+RETURNING process_id`
 
 	// In: outcome, error, retry time, id, token.
 	finishLogSQL = `
@@ -47,8 +50,6 @@ UPDATE stageq_logs
        duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
        outcome = ?, error = ?, retry_at = ?
  WHERE task_id = ? AND lease_token = ?`
-
-	retryAtSQL = `SELECT strftime('%Y-%m-%d %H:%M:%f', 'now', ?)`
 )
 
 // TaskFinish implements dialect.Dialect.
@@ -105,31 +106,26 @@ func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) 
 // its process, whose stage the caller re-derives; ErrLeaseLost when the token no
 // longer holds the task.
 func finishOne(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) (int64, error) {
-	var processID int64
-	err := q.QueryRowContext(ctx, finishHeldSQL, fp.TaskID, fp.Token).Scan(&processID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, dialect.ErrLeaseLost
-	}
-	if err != nil {
-		return 0, mapErr(err)
-	}
 	var errText, retryAt sql.NullString
 	if fp.Error != "" {
 		errText = sql.NullString{String: fp.Error, Valid: true}
 	}
+	var processID int64
+	var err error
 	switch {
 	case fp.Outcome == dialect.OutcomeSucceeded:
-		_, err = q.ExecContext(ctx, finishSucceededSQL, fp.TaskID, fp.Token)
+		err = q.QueryRowContext(ctx, finishSucceededSQL, fp.TaskID, fp.Token).Scan(&processID)
 	case fp.Outcome == dialect.OutcomeReleased:
-		_, err = q.ExecContext(ctx, finishReleasedSQL, fp.TaskID, fp.Token)
+		err = q.QueryRowContext(ctx, finishReleasedSQL, fp.TaskID, fp.Token).Scan(&processID)
 	case fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0:
-		if err = q.QueryRowContext(ctx, retryAtSQL, offset(fp.RetryAfter)).Scan(&retryAt); err == nil {
-			_, err = q.ExecContext(ctx, finishRetrySQL, retryAt, errText, fp.TaskID, fp.Token)
-		}
+		err = q.QueryRowContext(ctx, finishRetrySQL, offset(fp.RetryAfter), errText, fp.TaskID, fp.Token).Scan(&processID, &retryAt)
 	case fp.Outcome == dialect.OutcomeFailed:
-		_, err = q.ExecContext(ctx, finishFailedSQL, errText, fp.TaskID, fp.Token)
+		err = q.QueryRowContext(ctx, finishFailedSQL, errText, fp.TaskID, fp.Token).Scan(&processID)
 	default:
 		return 0, fmt.Errorf("%w: unknown outcome %q", dialect.ErrInvalid, fp.Outcome)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, dialect.ErrLeaseLost
 	}
 	if err != nil {
 		return 0, mapErr(err)

@@ -2,34 +2,45 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
 )
 
-// extendSQL pushes back every lease a worker holds and returns the ids it still
-// holds. In: lease offset, worker.
+// extendSQL pushes back the leases of the attempts a worker names and returns
+// those it still holds. In: lease offset, worker, JSON array of {id, token}.
 const extendSQL = `
-UPDATE stageq_tasks SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
- WHERE worker_id = ? AND state = 'running'
-RETURNING id`
+UPDATE stageq_tasks SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?1)
+ WHERE worker_id = ?2 AND state = 'running'
+   AND id IN (SELECT json_extract(value, '$.id') FROM json_each(?3)
+               WHERE json_extract(value, '$.token') = stageq_tasks.lease_token)
+RETURNING id, lease_token`
 
 // TaskExtendLeases implements dialect.Dialect.
-func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]int64, error) {
-	rows, err := s.db.QueryContext(ctx, extendSQL, offset(ep.Lease), ep.WorkerID)
+func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
+	tasks := ep.Tasks
+	if tasks == nil {
+		tasks = []dialect.TaskLease{}
+	}
+	list, err := json.Marshal(tasks)
+	if err != nil {
+		return nil, fmt.Errorf("extend leases: %w", err)
+	}
+	rows, err := s.pool().QueryContext(ctx, extendSQL, offset(ep.Lease), ep.WorkerID, string(list))
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
 	}
 	defer rows.Close()
-	var ids []int64
+	var held []dialect.TaskLease
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var h dialect.TaskLease
+		if err := rows.Scan(&h.ID, &h.Token); err != nil {
 			return nil, fmt.Errorf("extend leases: %w", err)
 		}
-		ids = append(ids, id)
+		held = append(held, h)
 	}
-	return ids, rows.Err()
+	return held, rows.Err()
 }
 
 const (

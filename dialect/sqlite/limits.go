@@ -125,7 +125,7 @@ func (s *SQLite) LimitSet(ctx context.Context, key string, max int) error {
 	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
 		return s.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
 	}
-	if _, err := s.db.ExecContext(ctx, limitUpsertSQL, key, max); err != nil {
+	if _, err := s.pool().ExecContext(ctx, limitUpsertSQL, key, max); err != nil {
 		return fmt.Errorf("set limit %q: %w", key, mapErr(err))
 	}
 	return nil
@@ -149,7 +149,7 @@ func (s *SQLite) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
 }
 
 func (s *SQLite) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	rows, err := s.db.QueryContext(ctx, limitListSQL, key)
+	rows, err := s.pool().QueryContext(ctx, limitListSQL, key)
 	if err != nil {
 		return nil, fmt.Errorf("list limits: %w", mapErr(err))
 	}
@@ -178,7 +178,7 @@ func (s *SQLite) LimitDelete(ctx context.Context, key string) error {
 		none := 0
 		return s.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
 	}
-	res, err := s.db.ExecContext(ctx, limitDeleteSQL, key)
+	res, err := s.pool().ExecContext(ctx, limitDeleteSQL, key)
 	if err != nil {
 		return fmt.Errorf("delete limit %q: %w", key, mapErr(err))
 	}

@@ -214,7 +214,7 @@ func (s *SQLite) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]di
 
 // WorkerList implements dialect.Operator.
 func (s *SQLite) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	rows, err := s.db.QueryContext(ctx, opWorkerListSQL)
+	rows, err := s.pool().QueryContext(ctx, opWorkerListSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", mapErr(err))
 	}

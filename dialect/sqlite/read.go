@@ -34,7 +34,7 @@ func (s *SQLite) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.Lo
 	if !f.Since.IsZero() {
 		since = formatTime(f.Since)
 	}
-	rows, err := s.db.QueryContext(ctx, logListSQL, f.Process, f.TaskID, f.WorkerID, string(f.Outcome), since, limit)
+	rows, err := s.pool().QueryContext(ctx, logListSQL, f.Process, f.TaskID, f.WorkerID, string(f.Outcome), since, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list logs: %w", mapErr(err))
 	}
@@ -90,7 +90,7 @@ func (s *SQLite) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.db.QueryContext(ctx, taskListSQL, f.Process, f.State, limit)
+	rows, err := s.pool().QueryContext(ctx, taskListSQL, f.Process, f.State, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", mapErr(err))
 	}
@@ -117,7 +117,7 @@ const processGetSQL = `SELECT id, name, state, current_order FROM stageq_process
 func (s *SQLite) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo, error) {
 	var pi dialect.ProcessInfo
 	var cur sql.NullInt64
-	err := s.db.QueryRowContext(ctx, processGetSQL, name).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
+	err := s.pool().QueryRowContext(ctx, processGetSQL, name).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
 	if errors.Is(err, sql.ErrNoRows) {
 		return pi, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
 	}

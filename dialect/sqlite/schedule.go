@@ -46,7 +46,7 @@ const scheduleListSQL = `SELECT ` + scheduleColumns + `
 
 // ScheduleList implements dialect.Scheduler.
 func (s *SQLite) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]dialect.ScheduleInfo, error) {
-	rows, err := s.db.QueryContext(ctx, scheduleListSQL, f.Name)
+	rows, err := s.pool().QueryContext(ctx, scheduleListSQL, f.Name)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", mapErr(err))
 	}
@@ -68,7 +68,7 @@ UPDATE stageq_schedules SET paused = ?, updated_at = strftime('%Y-%m-%d %H:%M:%f
 
 // ScheduleSetPaused implements dialect.Scheduler.
 func (s *SQLite) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePauseParams) error {
-	res, err := s.db.ExecContext(ctx, schedulePauseSQL, sp.Paused, sp.Name)
+	res, err := s.pool().ExecContext(ctx, schedulePauseSQL, sp.Paused, sp.Name)
 	if err != nil {
 		return fmt.Errorf("pause schedule %q: %w", sp.Name, mapErr(err))
 	}
@@ -80,7 +80,7 @@ const scheduleDeleteSQL = `DELETE FROM stageq_schedules WHERE name = ?`
 // ScheduleDelete implements dialect.Scheduler. The run history goes with it
 // (ON DELETE CASCADE, with the foreign_keys pragma every connection sets).
 func (s *SQLite) ScheduleDelete(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, scheduleDeleteSQL, name)
+	res, err := s.pool().ExecContext(ctx, scheduleDeleteSQL, name)
 	if err != nil {
 		return fmt.Errorf("delete schedule %q: %w", name, mapErr(err))
 	}
@@ -227,7 +227,7 @@ const scheduleNextDueSQL = `SELECT min(next_run), ` + nowSQL + ` FROM stageq_sch
 func (s *SQLite) ScheduleNextDue(ctx context.Context) (time.Duration, bool, error) {
 	var next sql.NullString
 	var now string
-	if err := s.db.QueryRowContext(ctx, scheduleNextDueSQL).Scan(&next, &now); err != nil {
+	if err := s.pool().QueryRowContext(ctx, scheduleNextDueSQL).Scan(&next, &now); err != nil {
 		return 0, false, fmt.Errorf("next due schedule: %w", mapErr(err))
 	}
 	if !next.Valid {
@@ -258,7 +258,7 @@ func (s *SQLite) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilte
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.db.QueryContext(ctx, scheduleRunListSQL, f.Name, limit)
+	rows, err := s.pool().QueryContext(ctx, scheduleRunListSQL, f.Name, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, mapErr(err))
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 
 	msqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -33,6 +34,12 @@ type SQLite struct {
 	db     *sql.DB // the queue's own statements: one connection (see Open)
 	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
 	path   string
+
+	// stmts maps the text of each queue statement to its statement prepared
+	// once on db (stmt.go): modernc.org/sqlite otherwise parses and plans the
+	// SQL again on every call.
+	stmtMu sync.RWMutex
+	stmts  map[string]*sql.Stmt
 }
 
 // Open opens (creating if missing) the database file named by the DSN:
@@ -79,7 +86,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		queue.Close()
 		return nil, err
 	}
-	return &SQLite{db: queue, bodies: bodies, path: path}, nil
+	return &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}}, nil
 }
 
 // parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and
@@ -117,10 +124,19 @@ func (s *SQLite) BeginTx(ctx context.Context) (*sql.Tx, error) {
 
 // Close implements dialect.Dialect.
 func (s *SQLite) Close() error {
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = map[string]*sql.Stmt{}
+	s.stmtMu.Unlock()
 	return errors.Join(s.db.Close(), s.bodies.Close())
 }
 
 // inTx runs fn in q when q is already a transaction, otherwise in a new one.
+// A new transaction reaches fn as a txQuerier, which runs the cached prepared
+// statements (stmt.go); statements it met unprepared are prepared once the
+// transaction has ended and given the connection back.
 func (s *SQLite) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Querier) error) error {
 	if _, isDB := q.(*sql.DB); !isDB && q != nil {
 		return fn(q)
@@ -129,14 +145,15 @@ func (s *SQLite) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Qu
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
+	tq := &txQuerier{s: s, tx: tx}
+	err = fn(tq)
+	if err != nil {
 		tx.Rollback()
-		return err
+	} else if err = tx.Commit(); err != nil {
+		err = fmt.Errorf("commit: %w", mapErr(err))
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", mapErr(err))
-	}
-	return nil
+	s.prepareMissed(ctx, tq.missed) // the transaction has given the connection back
+	return err
 }
 
 // mapErr turns constraint violations into dialect.ErrInvalid.

@@ -14,7 +14,7 @@ ON CONFLICT (id) DO UPDATE
 
 // WorkerRegister implements dialect.Dialect.
 func (s *SQLite) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {
-	if _, err := s.db.ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version); err != nil {
+	if _, err := s.pool().ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version); err != nil {
 		return fmt.Errorf("register worker: %w", mapErr(err))
 	}
 	return nil
@@ -24,7 +24,7 @@ const workerHeartbeatSQL = `UPDATE stageq_workers SET heartbeat_at = strftime('%
 
 // WorkerHeartbeat implements dialect.Dialect.
 func (s *SQLite) WorkerHeartbeat(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, workerHeartbeatSQL, id); err != nil {
+	if _, err := s.pool().ExecContext(ctx, workerHeartbeatSQL, id); err != nil {
 		return fmt.Errorf("worker heartbeat: %w", mapErr(err))
 	}
 	return nil
@@ -37,7 +37,7 @@ UPDATE stageq_workers
 
 // WorkerStop implements dialect.Dialect.
 func (s *SQLite) WorkerStop(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, workerStopSQL, id); err != nil {
+	if _, err := s.pool().ExecContext(ctx, workerStopSQL, id); err != nil {
 		return fmt.Errorf("stop worker: %w", mapErr(err))
 	}
 	return nil

@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -20,15 +21,18 @@ import (
 const extendSQL = `
 SET NOCOUNT ON;
 DECLARE @WorkerId nvarchar(200) = @pWorkerId,
-        @LeaseMs int = @pLeaseMs;
+        @LeaseMs int = @pLeaseMs,
+        @Tasks nvarchar(max) = @pTasks;
 UPDATE t
    SET lease_expires_at = DATEADD(millisecond, @LeaseMs, SYSUTCDATETIME())
-OUTPUT inserted.id
+OUTPUT inserted.id, inserted.lease_token
   FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Worker))
+  JOIN OPENJSON(@Tasks) WITH (id bigint '$.id', token bigint '$.token') AS h
+    ON h.id = t.id AND h.token = t.lease_token
  WHERE t.worker_id = @WorkerId AND t.state = 'running';`
 
 // TaskExtendLeases implements dialect.Dialect. Idempotent, so retried.
-func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]int64, error) {
+func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
 	if err := checkLen("worker id", ep.WorkerID, maxName); err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}
@@ -36,29 +40,38 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 	if leaseMs < 1 || leaseMs > 1<<31-1 {
 		return nil, fmt.Errorf("extend leases: %w: lease must be between 1 ms and 24 days, got %s", dialect.ErrInvalid, ep.Lease)
 	}
-	var ids []int64
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		ids = nil
+	tasks := ep.Tasks
+	if tasks == nil {
+		tasks = []dialect.TaskLease{}
+	}
+	list, err := json.Marshal(tasks)
+	if err != nil {
+		return nil, fmt.Errorf("extend leases: %w", err)
+	}
+	var held []dialect.TaskLease
+	err = d.retry(ctx, retryAll, func(ctx context.Context) error {
+		held = nil
 		rows, err := d.db.QueryContext(ctx, extendSQL,
 			nvarchar("pWorkerId", ep.WorkerID),
-			integer("pLeaseMs", int32(leaseMs)))
+			integer("pLeaseMs", int32(leaseMs)),
+			nvarchar("pTasks", string(list)))
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var h dialect.TaskLease
+			if err := rows.Scan(&h.ID, &h.Token); err != nil {
 				return err
 			}
-			ids = append(ids, id)
+			held = append(held, h)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
 	}
-	return ids, nil
+	return held, nil
 }
 
 // rescueSQL calls stageq.Rescue: up to @Max tasks whose lease expired go back to

@@ -308,6 +308,7 @@ DECLARE
     v_skip      bigint[] := '{}';
     v_head      bigint;
     v_head_pass bigint;
+    v_waited    boolean;
     v_top       int;
     v_pid       bigint;
     v_pass      bigint;
@@ -331,24 +332,32 @@ BEGIN
          ORDER BY p.priority DESC, p.pass, p.id
          LIMIT 1;
         EXIT WHEN NOT FOUND;
+        v_waited := false;
         IF NOT v_locked THEN
-            -- Holding no lock yet, wait for the head itself: claims that race
-            -- then serve processes in stride order, which keeps weights close
-            -- under many workers (skipping a busy head hands its turn to the
-            -- next process). Waiting while holding nothing cannot be part of a
-            -- deadlock. FOR UPDATE re-checks the row once it is ours: if another
-            -- claim served it meanwhile (its pass moved), it is no longer the
-            -- head, and this claim goes on without waiting again (the wait may
-            -- have left it holding that row).
-            SELECT p.id, p.pass, p.weight, p.max_parallel INTO v_pid, v_pass, v_weight, v_maxpar
-              FROM stageq.processes p
-             WHERE p.id = v_head AND p.pass = v_head_pass AND p.runnable AND p.ready_at <= now()
-               FOR UPDATE;
-            IF NOT FOUND THEN
-                v_locked := true;
-                CONTINUE;
-            END IF;
-        ELSE
+            -- Holding no lock yet, wait briefly for the head itself: claims that
+            -- race then serve processes in stride order, which keeps weights
+            -- close under many workers (skipping a busy head hands its turn to
+            -- the next process). Waiting while holding nothing cannot be part
+            -- of a deadlock. The wait is bounded: a submission that keeps the
+            -- process row locked in a long transaction of its own must not
+            -- stall the claims of every other process. FOR UPDATE re-checks the
+            -- row once it is ours: if another claim served it meanwhile (its
+            -- pass moved), it is no longer the head, and this claim goes on
+            -- without waiting again (the wait may have left it holding that row).
+            BEGIN
+                SET LOCAL lock_timeout = '50ms';
+                SELECT p.id, p.pass, p.weight, p.max_parallel INTO v_pid, v_pass, v_weight, v_maxpar
+                  FROM stageq.processes p
+                 WHERE p.id = v_head AND p.pass = v_head_pass AND p.runnable AND p.ready_at <= now()
+                   FOR UPDATE;
+                v_waited := FOUND;
+                SET LOCAL lock_timeout TO DEFAULT;
+            EXCEPTION WHEN lock_not_available THEN
+                v_waited := false; -- held elsewhere for long: serve the others
+            END;
+            v_locked := true;
+        END IF;
+        IF NOT v_waited THEN
             -- Holding locks, never wait: take the next free process of the
             -- head's priority (priority is strict; SKIP LOCKED only rotates
             -- among equals), or return what we have.
@@ -711,13 +720,18 @@ DECLARE
     n int := 0;
 BEGIN
     FOR r IN
-        SELECT t.id, t.process_id, t.lease_token, t.worker_id
-          FROM stageq.tasks t
-         WHERE t.state = 'running' AND t.lease_expires_at < clock_timestamp()
-         ORDER BY t.lease_expires_at
-         LIMIT p_max
+        SELECT e.* FROM (
+            SELECT t.id, t.process_id, t.lease_token, t.worker_id
+              FROM stageq.tasks t
+             WHERE t.state = 'running' AND t.lease_expires_at < clock_timestamp()
+             ORDER BY t.lease_expires_at
+             LIMIT p_max) e
+         ORDER BY e.process_id
     LOOP
-        PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE;
+        -- Process rows in id order, as stageq.finish_many takes them, and never
+        -- waiting: a process busy elsewhere is rescued by a later pass.
+        PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
         UPDATE stageq.tasks
            SET state = CASE WHEN attempt >= max_attempts THEN 'failed'
                             WHEN execution_order = (SELECT current_order FROM stageq.processes WHERE id = r.process_id)

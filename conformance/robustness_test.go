@@ -1,0 +1,195 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestUnlistedLeaseIsNotExtended: a worker's heartbeat extends only the attempts
+// it names; a lease it holds but no longer runs expires and is rescued.
+func TestUnlistedLeaseIsNotExtended(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		if _, err := db.Client.Enqueue(ctx, "orphans", 1, stages.Task{Kind: "work", Body: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Client.Enqueue(ctx, "orphans", 1, stages.Task{Kind: "work", Body: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 2, Token: 7, Lease: 600 * time.Millisecond})
+		if err != nil || len(got) != 2 {
+			t.Fatalf("claim = %+v, %v", got, err)
+		}
+		kept := dialect.TaskLease{ID: got[0].ID, Token: 7}
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			held, err := db.D.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "w", Lease: 600 * time.Millisecond,
+				Tasks: []dialect.TaskLease{kept, {ID: got[1].ID, Token: 8}}}) // a wrong token extends nothing
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(held) != 1 || held[0] != kept {
+				t.Fatalf("held = %+v, want only %+v", held, kept)
+			}
+			if n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10}); err != nil {
+				t.Fatal(err)
+			} else if n == 1 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "orphans"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[int64]string{}
+		for _, tk := range tasks {
+			states[tk.ID] = tk.State
+		}
+		if states[got[0].ID] != dialect.StateRunning || states[got[1].ID] != dialect.StateAvailable {
+			t.Errorf("states = %v: want the extended attempt running and the unlisted one rescued", states)
+		}
+	})
+}
+
+// failingFinisher is a real dialect whose first `fail` attempts to record
+// results fail, as a dropped connection would make them.
+type failingFinisher struct {
+	dialect.Dialect
+	fail atomic.Int32
+}
+
+var errInjected = errors.New("injected: connection reset")
+
+func (f *failingFinisher) TaskFinish(ctx context.Context, q dialect.Querier, p dialect.FinishParams) error {
+	if f.fail.Add(-1) >= 0 {
+		return errInjected
+	}
+	return f.Dialect.TaskFinish(ctx, q, p)
+}
+
+func (f *failingFinisher) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) ([]bool, error) {
+	if f.fail.Add(-1) >= 0 {
+		return nil, errInjected
+	}
+	if bf, ok := f.Dialect.(dialect.BatchFinisher); ok {
+		return bf.TaskFinishMany(ctx, ps)
+	}
+	held := make([]bool, len(ps))
+	for i, p := range ps {
+		err := f.Dialect.TaskFinish(ctx, f.Dialect.DB(), p)
+		if err != nil && !errors.Is(err, dialect.ErrLeaseLost) {
+			return nil, err
+		}
+		held[i] = err == nil
+	}
+	return held, nil
+}
+
+// TestFinishFailures: a result that cannot be recorded at first is recorded
+// by a retry; one that can never be recorded leaves the attempt to expire, and
+// another worker runs the task: nothing stays running for ever.
+func TestFinishFailures(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		for _, c := range []struct {
+			name     string
+			failures int32
+			attempts int // Logs rows expected
+		}{
+			{"transient", 2, 1},
+			{"permanent", 1 << 30, 2},
+		} {
+			process := "finish-" + c.name
+			res, err := db.Client.Enqueue(ctx, process, 1, stages.Task{Kind: "work", Body: "x", MaxAttempts: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			flaky := &failingFinisher{Dialect: db.D}
+			flaky.fail.Store(c.failures)
+			fc, err := queue.New(ctx, flaky, queue.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := fastConfig()
+			w, err := queue.NewWorker(fc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Handle("work", func(context.Context, *queue.Task) error { return nil })
+			wctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); w.Run(wctx) }()
+			if c.failures > 10 {
+				// The broken worker gives up on its result and stops; a healthy
+				// one must get the task once the abandoned lease expires.
+				waitFor(t, 10*time.Second, "the broken worker to run the task", func() bool {
+					return len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})) == 1
+				})
+				stop()
+				<-done
+				startWorkers(t, db, 1, fastConfig(), func(w *queue.Worker) {
+					w.Handle("work", func(context.Context, *queue.Task) error { return nil })
+				})
+			}
+			waitFor(t, 30*time.Second, c.name+": the task to succeed", func() bool {
+				return len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0], Outcome: dialect.OutcomeSucceeded})) == 1
+			})
+			stop()
+			<-done
+			if n := len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})); n != c.attempts {
+				t.Errorf("%s: %d attempts logged, want %d", c.name, n, c.attempts)
+			}
+			pi, err := db.D.ProcessGet(ctx, process)
+			if err != nil || pi.State != dialect.ProcessSucceeded {
+				t.Errorf("%s: process %+v, %v; want succeeded", c.name, pi, err)
+			}
+		}
+	})
+}
+
+// TestOpenSubmissionDoesNotStallOthers: an application that enqueues inside a
+// long transaction of its own holds its process's row, but workers keep
+// claiming the tasks of other processes meanwhile. (SQLite runs one writer at a
+// time, so there an open write transaction holds every writer back: by design.)
+func TestOpenSubmissionDoesNotStallOthers(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.Dialect == "sqlite" {
+			t.Skip("SQLite has one writer at a time: an open write transaction holds every claim back")
+		}
+		ctx := context.Background()
+		if _, err := db.Client.Enqueue(ctx, "busy", 1, stages.Task{Kind: "work", Body: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Client.Submit(ctx, plan("others", "work", []int{1}, func(int, int) string { return "x" }, 5)); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.D.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := db.Client.SubmitTx(ctx, tx, plan("busy", "work", []int{1}, func(int, int) string { return "y" }, 1)); err != nil {
+			t.Fatal(err)
+		}
+		startWorkers(t, db, 2, fastConfig(), func(w *queue.Worker) {
+			w.Handle("work", func(context.Context, *queue.Task) error { return nil })
+		})
+		waitFor(t, 15*time.Second, "the other process's tasks to run while the submission is open", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: dialect.OutcomeSucceeded})) == 5
+		})
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 15*time.Second, "the busy process to drain after the commit", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeSucceeded})) == 2
+		})
+	})
+}
