@@ -616,7 +616,7 @@ BEGIN
     SET XACT_ABORT ON;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
-    DECLARE @Now datetime2(7), @Expires datetime2(7), @Rounds int = 0, @Count int = 0, @Locked bit = 0,
+    DECLARE @Now datetime2(7), @Expires datetime2(7), @Rounds int = 0, @Count int = 0,
             @Cand bigint, @Pid bigint, @Weight int, @MaxParallel int, @Tid bigint,
             @Kind nvarchar(200), @Key nvarchar(200), @KindKey nvarchar(200), @Tries int,
             @Admit bit, @LimitMax int, @Got bit, @VMin bigint;
@@ -652,18 +652,14 @@ BEGIN
             IF @Cand IS NULL
                 BREAK;
 
-            -- Lock its row (the clustered key every writer of a process locks). Once
-            -- this claim holds any lock it never waits: a held row is passed over.
+            -- Lock its row (the clustered key every writer of a process locks). The
+            -- claim never waits for it: a row held elsewhere (another claim, a
+            -- finish, or a submission an application keeps open in a long
+            -- transaction of its own) is passed over for the next process.
             SET @Pid = NULL;
-            IF @Locked = 1
-                SELECT @Pid = p.id, @Weight = p.weight, @MaxParallel = p.max_parallel
-                  FROM stageq.Processes AS p WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK, INDEX(PK_Processes))
-                 WHERE p.id = @Cand AND p.runnable = 1 AND p.ready_at <= @Now;
-            ELSE
-                SELECT @Pid = p.id, @Weight = p.weight, @MaxParallel = p.max_parallel
-                  FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes))
-                 WHERE p.id = @Cand AND p.runnable = 1 AND p.ready_at <= @Now;
-            SET @Locked = 1;
+            SELECT @Pid = p.id, @Weight = p.weight, @MaxParallel = p.max_parallel
+              FROM stageq.Processes AS p WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK, INDEX(PK_Processes))
+             WHERE p.id = @Cand AND p.runnable = 1 AND p.ready_at <= @Now;
             IF @Pid IS NULL
             BEGIN
                 INSERT INTO @Skip (id) VALUES (@Cand);
