@@ -297,9 +297,16 @@ END $$;
 -- At most p_max + 8 turns are taken, so a run queue headed by processes whose
 -- tasks all wait on full limits costs a bounded amount; such a process is moved
 -- to the end of the current round so that later claims reach the others.
+--
+-- enable_sort = off: every query here has an index in its ORDER BY's order, and
+-- must use it. Without the setting, right after a large submission (before
+-- autovacuum's ANALYZE) the planner may take tasks_ready's range on run_at and
+-- sort all of a process's available tasks on every claim.
 CREATE FUNCTION stageq.claim(p_max int, p_worker text, p_token bigint, p_lease_ms bigint)
 RETURNS SETOF stageq.tasks
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_sort = off
+AS $$
 DECLARE
     v_limits    boolean := EXISTS (SELECT 1 FROM stageq.limits);
     v_claimed   int := 0;
