@@ -64,6 +64,9 @@ func (w *Worker) beat(ctx context.Context) bool {
 	}
 	// Only attempts started before the extension can be judged by its answer.
 	running := w.runningLeases()
+	if len(running) == 0 {
+		return true // nothing to extend: an idle worker sends one statement a beat
+	}
 	held, err := w.d.TaskExtendLeases(bctx, dialect.ExtendParams{WorkerID: w.cfg.ID, Lease: w.cfg.Lease, Tasks: running})
 	if err != nil {
 		if ctx.Err() == nil {

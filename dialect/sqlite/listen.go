@@ -8,7 +8,7 @@ import (
 // watchInterval is how often an idle worker looks at PRAGMA data_version. The
 // pragma reads a counter in shared memory (no disk I/O, no lock), so checking
 // often costs next to nothing, unlike polling the queue itself.
-const watchInterval = 20 * time.Millisecond
+const watchInterval = 5 * time.Millisecond
 
 // Listen implements dialect.Notifier. SQLite has no notifications, but
 // PRAGMA data_version on a connection changes whenever any other connection, in
