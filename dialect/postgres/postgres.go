@@ -38,7 +38,12 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := stdlib.OpenDB(*cfg)
+	// pgx pings a connection idle for over a second before reusing it; an idle
+	// worker's statements are seconds apart, so that doubled its load on the
+	// server. A broken connection still surfaces as an error the worker retries.
+	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
+		return p.IdleDuration > 30*time.Second
+	}))
 	// Keep connections for every concurrent task body (database/sql keeps 2 by
 	// default and would reconnect for each task beyond them); idle ones close
 	// after a while, so a quiet worker holds few.
