@@ -390,3 +390,45 @@ func TestScheduleCLI(t *testing.T) {
 		}
 	})
 }
+
+// TestScheduleBrokenPlanDoesNotStarveOthers: a schedule whose stored plan can no
+// longer be enqueued has its ticks recorded as missed and advances, so the
+// schedules due after it keep firing.
+func TestScheduleBrokenPlanDoesNotStarveOthers(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		o := 0
+		plan := stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}
+		for _, name := range []string{"broken", "healthy"} {
+			if _, err := db.Client.ScheduleAdd(ctx, queue.Schedule{Name: name, Every: stages.Duration(time.Second), Plan: plan}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Corrupt the first one's stored plan behind the API's back.
+		db.exec(t, schedSQL(db, `UPDATE stageq.schedules SET plan = '{"stages": []}' WHERE name = 'broken'`))
+		startWorkers(t, db, 1, fastConfig(), nil)
+		waitFor(t, 30*time.Second, "three runs of the healthy schedule", func() bool {
+			n := 0
+			for _, r := range schedRuns(t, db, "healthy") {
+				if r.Outcome == dialect.RunEnqueued {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		for _, r := range schedRuns(t, db, "broken") {
+			if r.Outcome != dialect.RunMissed {
+				t.Errorf("broken schedule's tick %s: outcome %s, want missed", r.ScheduledFor, r.Outcome)
+			}
+		}
+		if n := schedLogRows(t, db, "broken"); n != 0 {
+			t.Errorf("the broken schedule enqueued %d tasks", n)
+		}
+	})
+}
+
+// schedLogRows counts Logs rows of a schedule's runs.
+func schedLogRows(t *testing.T, db *testDB, name string) int {
+	t.Helper()
+	return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.logs WHERE schedule_name = $1`), name)
+}

@@ -330,17 +330,28 @@ func (c *Client) ScheduleRunNow(ctx context.Context, name, workerID string) (Res
 	return res, nil
 }
 
+// decodePlan reads a schedule's stored plan and validates it.
+func decodePlan(s dialect.ScheduleInfo) (stages.Plan, error) {
+	var plan stages.Plan
+	if err := json.Unmarshal([]byte(s.Plan), &plan); err != nil {
+		return plan, fmt.Errorf("schedule %q: decode plan: %w", s.Name, err)
+	}
+	if err := plan.Validate(); err != nil {
+		return plan, fmt.Errorf("schedule %q: %w", s.Name, err)
+	}
+	return plan, nil
+}
+
 // fireTx records a handled tick in tx and, with enqueue, submits the schedule's
 // plan through SubmitTx, the path of every other submission, in that same
 // transaction: the tasks exist exactly when the tick is recorded.
 func (c *Client) fireTx(ctx context.Context, tx *sql.Tx, s dialect.ScheduleInfo, fp dialect.ScheduleFireParams, enqueue bool) (Result, error) {
 	var res Result
 	if enqueue {
-		var plan stages.Plan
-		if err := json.Unmarshal([]byte(s.Plan), &plan); err != nil {
-			return res, fmt.Errorf("schedule %q: decode plan: %w", s.Name, err)
+		plan, err := decodePlan(s)
+		if err != nil {
+			return res, err
 		}
-		var err error
 		if res, err = c.SubmitTx(ctx, tx, plan); err != nil {
 			return res, fmt.Errorf("schedule %q: %w", s.Name, err)
 		}

@@ -121,6 +121,16 @@ func (w *Worker) fireOne(ctx context.Context, c *Client) (bool, error) {
 		return false, err
 	}
 	d := decideTick(s, spec, now)
+	if d.enqueue {
+		// A plan that cannot be enqueued would fail this tick on every try and,
+		// being the earliest due, hold back every schedule due after it: drop the
+		// tick (recorded as missed) and advance instead.
+		if _, err := decodePlan(s); err != nil {
+			w.log.Error().Err(err).Str("schedule", s.Name).Time("scheduled_for", d.scheduledFor).
+				Msg("the schedule's plan cannot be enqueued; tick recorded as missed")
+			d.outcome, d.enqueue = dialect.RunMissed, false
+		}
+	}
 	if d.enqueue && s.Singleton {
 		busy, err := w.d.ScheduleUnfinished(ctx, tx, s.Name)
 		if err != nil {
