@@ -102,18 +102,11 @@ func (p *Postgres) ProcessConfigure(ctx context.Context, q dialect.Querier, name
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return p.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
-		if _, err := q.ExecContext(ctx, configureSQL, id, nullInt(s.Priority), nullInt(s.Weight), nullInt(s.MaxParallel)); err != nil {
+		if _, err := q.ExecContext(ctx, configureSQL, id, dialect.NullInt(s.Priority), dialect.NullInt(s.Weight), dialect.NullInt(s.MaxParallel)); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
 		}
 		return nil
 	})
-}
-
-func nullInt(v *int) sql.NullInt64 {
-	if v == nil {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: int64(*v), Valid: true}
 }
 
 // ProcessSetPaused implements dialect.Operator.

@@ -27,7 +27,7 @@ RETURNING id`
 // ScheduleCreate implements dialect.Scheduler.
 func (p *Postgres) ScheduleCreate(ctx context.Context, q dialect.Querier, sp dialect.ScheduleCreateParams) (int64, error) {
 	var id int64
-	err := q.QueryRowContext(ctx, scheduleCreateSQL, sp.Name, nullString(sp.Cron), nullMillis(sp.Interval),
+	err := q.QueryRowContext(ctx, scheduleCreateSQL, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, sp.NextRun).Scan(&id)
 	if err != nil {
 		var pe *pgconn.PgError
@@ -274,8 +274,6 @@ func scanSchedule(scan func(dest ...any) error) (dialect.ScheduleInfo, error) {
 	}
 	return s, nil
 }
-
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
 func nullMillis(d time.Duration) sql.NullInt64 {
 	return sql.NullInt64{Int64: d.Milliseconds(), Valid: d > 0}

@@ -96,18 +96,11 @@ func (s *SQLite) ProcessConfigure(ctx context.Context, q dialect.Querier, name s
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return s.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
-		if _, err := q.ExecContext(ctx, opConfigureSQL, nullInt(ps.Priority), nullInt(ps.Weight), nullInt(ps.MaxParallel), id); err != nil {
+		if _, err := q.ExecContext(ctx, opConfigureSQL, dialect.NullInt(ps.Priority), dialect.NullInt(ps.Weight), dialect.NullInt(ps.MaxParallel), id); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
 		}
 		return nil
 	})
-}
-
-func nullInt(v *int) sql.NullInt64 {
-	if v == nil {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: int64(*v), Valid: true}
 }
 
 // ProcessSetPaused implements dialect.Operator.

@@ -29,7 +29,7 @@ RETURNING id`
 // ScheduleCreate implements dialect.Scheduler.
 func (s *SQLite) ScheduleCreate(ctx context.Context, q dialect.Querier, sp dialect.ScheduleCreateParams) (int64, error) {
 	var id int64
-	err := q.QueryRowContext(ctx, scheduleCreateSQL, sp.Name, nullString(sp.Cron), nullMillis(sp.Interval),
+	err := q.QueryRowContext(ctx, scheduleCreateSQL, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, formatTime(sp.NextRun)).Scan(&id)
 	if err != nil {
 		if isUnique(err) {
@@ -312,8 +312,6 @@ func scanSchedule(scan func(dest ...any) error) (dialect.ScheduleInfo, error) {
 	}
 	return sc, nil
 }
-
-func nullString(v string) sql.NullString { return sql.NullString{String: v, Valid: v != ""} }
 
 func nullMillis(d time.Duration) sql.NullInt64 {
 	return sql.NullInt64{Int64: d.Milliseconds(), Valid: d > 0}
