@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -248,9 +249,7 @@ func (p *Postgres) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFil
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, mapErr(err))
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
+	slices.Reverse(out) // newest first in the query (for its LIMIT), oldest first here
 	return out, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
@@ -403,9 +404,7 @@ func (d *SQLServer) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFi
 	if err != nil {
 		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, mapErr(err))
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
+	slices.Reverse(out) // newest first in the query (for its LIMIT), oldest first here
 	return out, nil
 }
 
