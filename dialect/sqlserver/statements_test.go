@@ -606,3 +606,71 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 		}
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Variable names and the collation.
+
+// varRe matches a T-SQL variable or parameter (@Name), not a system function
+// (@@ROWCOUNT): the lookbehind is done by hand in caseOnlyNameClashes.
+var varRe = regexp.MustCompile(`@@?\w+`)
+
+// caseOnlyNameClashes reports the variable names of one batch or procedure that
+// are equal case-insensitively but spelled differently. T-SQL variable and
+// parameter names follow the database's collation (SQL Server's default one is
+// case-insensitive), so @Pid beside @pId is error 134 ("already declared") there
+// even though it compiles on a case-sensitive collation.
+func caseOnlyNameClashes(code string) []string {
+	spellings := map[string]map[string]bool{}
+	for _, v := range varRe.FindAllString(code, -1) {
+		if strings.HasPrefix(v, "@@") {
+			continue
+		}
+		k := strings.ToLower(v)
+		if spellings[k] == nil {
+			spellings[k] = map[string]bool{}
+		}
+		spellings[k][v] = true
+	}
+	var out []string
+	for _, s := range spellings {
+		if len(s) < 2 {
+			continue
+		}
+		names := make([]string, 0, len(s))
+		for n := range s {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		out = append(out, strings.Join(names, " and "))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestVariableNamesDifferInMoreThanCase(t *testing.T) {
+	if got := caseOnlyNameClashes("DECLARE @Pid int = @pPid, @Id nvarchar(10) = @pId; SELECT @@ROWCOUNT, @@rowcount;"); len(got) != 1 || got[0] != "@Pid and @pId" {
+		t.Fatalf("the check itself is broken: it found %v in a batch that declares @Pid beside @pId", got)
+	}
+	for _, st := range statements {
+		for _, c := range caseOnlyNameClashes(codeOnly(t, st.name, st.sql)) {
+			t.Errorf("%s: %s differ only in case; on a case-insensitive collation they are one variable (error 134)", st.name, c)
+		}
+	}
+	n := 0
+	for file, text := range readMigrations(t) {
+		// The top level of a migration file is one batch too.
+		for _, c := range caseOnlyNameClashes(codeOnly(t, file, text)) {
+			t.Errorf("%s (top-level batch): %s differ only in case", file, c)
+		}
+		for _, p := range procedures(t, file, text) {
+			n++
+			where := file + ": " + p.name
+			for _, c := range caseOnlyNameClashes(codeOnly(t, where, p.body)) {
+				t.Errorf("%s: %s differ only in case; on a case-insensitive collation they are one variable (error 134)", where, c)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no procedures found in the migrations")
+	}
+}

@@ -18,7 +18,7 @@ SET NOCOUNT ON;
 SET XACT_ABORT ON;
 DECLARE @Id nvarchar(200) = @pId,
         @Hostname nvarchar(256) = @pHostname,
-        @Pid int = @pPid,
+        @OsPid int = @pPid,
         @Concurrency int = @pConcurrency,
         @Version nvarchar(200) = @pVersion;
 BEGIN TRANSACTION;
@@ -28,7 +28,7 @@ UPDATE w
  WHERE w.id = @Id;
 IF @@ROWCOUNT = 0
     INSERT INTO stageq.Workers (id, hostname, pid, concurrency, version)
-    VALUES (@Id, @Hostname, @Pid, @Concurrency, @Version);
+    VALUES (@Id, @Hostname, @OsPid, @Concurrency, @Version);
 COMMIT TRANSACTION;`
 
 // WorkerRegister implements dialect.Dialect.
