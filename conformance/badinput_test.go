@@ -77,6 +77,9 @@ func TestBadDSN(t *testing.T) {
 		{"sqlite://", "names no file"},
 	} {
 		for _, cmd := range [][]string{{"enqueue", "SELECT 1"}, {"worker"}, {"queuectl", "logs"}} {
+			if cmd[0] == "worker" && strings.HasPrefix(c.dsn, "postgres") {
+				continue // a worker waits for a database that is down (internal/cli: TestConnectTimeout)
+			}
 			args := append([]string{"--dsn", c.dsn}, cmd[1:]...)
 			code, _, stderr := runCLI(t, cmd[0], "", args...)
 			if code == 0 {

@@ -56,26 +56,27 @@ func Open(ctx context.Context, dsn string) (Dialect, error) {
 	return open(ctx, dsn)
 }
 
-// Redact hides the password of a DSN so it can be logged or shown in an error.
+// Redact hides the password of a DSN so it can be logged or shown in an error,
+// also when the DSN does not parse as a URL (a stray %, a space): then everything
+// between the user name and the last '@' is hidden, and so is any password=
+// parameter.
 func Redact(dsn string) string {
 	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		if i := strings.Index(strings.ToLower(dsn), "password="); i >= 0 {
-			end := strings.IndexAny(dsn[i:], ";& ")
-			if end < 0 {
-				return dsn[:i] + "password=xxxxx"
-			}
-			return dsn[:i] + "password=xxxxx" + dsn[i+end:]
-		}
-		return dsn
+	if err != nil {
+		return redactRaw(dsn)
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	if u.Scheme == "" || u.Opaque != "" || (u.Host == "" && u.User == nil && u.RawQuery == "") {
+		return redactRaw(dsn) // key=value;… strings parse as a path: treat them as text
 	}
 	q := u.Query()
 	changed := false
 	for k := range q {
-		if strings.EqualFold(k, "password") || strings.EqualFold(k, "pwd") {
+		if isPasswordKey(k) {
 			q.Set(k, "xxxxx")
 			changed = true
 		}
@@ -84,4 +85,43 @@ func Redact(dsn string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
+}
+
+func isPasswordKey(k string) bool {
+	k = strings.ToLower(strings.TrimSpace(k))
+	return k == "password" || k == "pwd" || k == "pass"
+}
+
+// redactRaw hides passwords in a DSN that is not a well-formed URL.
+func redactRaw(dsn string) string {
+	out := dsn
+	if scheme, rest, ok := strings.Cut(dsn, "://"); ok {
+		// The authority ends at the first '/', '?' or '#' after the last '@' (a
+		// password may itself hold '/' or '@').
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if user, _, hasPW := strings.Cut(rest[:at], ":"); hasPW {
+				out = scheme + "://" + user + ":xxxxx" + rest[at:]
+			}
+		}
+	}
+	// key=value pairs separated by ';', '&', '?' or spaces (ADO, libpq, URL query).
+	var b strings.Builder
+	for i := 0; i < len(out); {
+		j := strings.IndexAny(out[i:], ";&? ")
+		part := out[i:]
+		if j >= 0 {
+			part = out[i : i+j]
+		}
+		if k, _, ok := strings.Cut(part, "="); ok && isPasswordKey(k) {
+			b.WriteString(k + "=xxxxx")
+		} else {
+			b.WriteString(part)
+		}
+		if j < 0 {
+			break
+		}
+		b.WriteByte(out[i+j])
+		i += j + 1
+	}
+	return b.String()
 }

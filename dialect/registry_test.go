@@ -28,3 +28,27 @@ func TestOpenUnknownScheme(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestRedactUnparseable: a DSN that is not a valid URL still never shows its
+// password (issue 10, item 1).
+func TestRedactUnparseable(t *testing.T) {
+	for in, secret := range map[string]string{
+		"postgres://postgres:S3cr%zzPW@127.0.0.1:5999/x":       "S3cr",
+		"postgres://u:pa ss@h/db":                              "pa ss",
+		"sqlserver://sa:p%w@rd@h:1433?database=x":              "p%w",
+		"sqlite://x.db?a=%zz&password=S3cr":                    "S3cr",
+		"postgres://u@h/db?x=%zz&Password=S3cr&sslmode=off":    "S3cr",
+		"host=h user=u password=S3cr dbname=x":                 "S3cr",
+		"server=h;user id=sa;PWD=S3cr;database=x":              "S3cr",
+		"postgres://u:S3cr@h/db?connect_timeout=%zz":           "S3cr",
+		"postgresql://u:S3cr@[::1]:5432/db?sslmode=disable#%z": "S3cr",
+	} {
+		got := Redact(in)
+		if strings.Contains(got, secret) {
+			t.Errorf("Redact(%q) = %q: shows the password", in, got)
+		}
+		if !strings.Contains(got, "xxxxx") {
+			t.Errorf("Redact(%q) = %q: no mask", in, got)
+		}
+	}
+}

@@ -40,6 +40,10 @@ const (
 // ErrSchemaMismatch means the database's schema is not the one this binary expects.
 var ErrSchemaMismatch = errors.New("schema version mismatch")
 
+// ErrNewer means the database's schema is newer than this binary (it wraps
+// ErrSchemaMismatch): upgrade the binary; migrating cannot help.
+var ErrNewer = fmt.Errorf("%w: the database's schema is newer than this binary", ErrSchemaMismatch)
+
 // FS returns the migration files of one dialect.
 func FS(dialect string) (fs.FS, error) {
 	sub, err := fs.Sub(files, dialect)
@@ -214,7 +218,7 @@ func Check(ctx context.Context, dialect string, db *sql.DB) error {
 	case got < want:
 		return fmt.Errorf("%w: the database's schema is version %d; this binary expects %d: run `queuectl migrate up` or `worker --migrate`", ErrSchemaMismatch, got, want)
 	case got > want:
-		return fmt.Errorf("%w: the database's schema is version %d, newer than this binary knows (%d): upgrade the binary", ErrSchemaMismatch, got, want)
+		return fmt.Errorf("%w: version %d, and this binary knows up to %d: upgrade the binary", ErrNewer, got, want)
 	}
 	return nil
 }

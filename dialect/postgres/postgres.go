@@ -51,7 +51,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	db.SetConnMaxIdleTime(time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to postgres %s: %w", dialect.Redact(dsn), err)
+		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	return &Postgres{db: db, dsn: dsn}, nil
 }

@@ -94,15 +94,15 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 func parseDSN(dsn string) (string, url.Values, error) {
 	rest, ok := strings.CutPrefix(dsn, "sqlite://")
 	if !ok {
-		return "", nil, fmt.Errorf("sqlite DSN %q must start with sqlite://", dsn)
+		return "", nil, fmt.Errorf("%w: sqlite DSN %q must start with sqlite://", dialect.ErrBadDSN, dialect.Redact(dsn))
 	}
 	path, rawQuery, _ := strings.Cut(rest, "?")
 	if path == "" {
-		return "", nil, fmt.Errorf("sqlite DSN %q names no file (for example sqlite://stageq.db)", dsn)
+		return "", nil, fmt.Errorf("%w: sqlite DSN %q names no file (for example sqlite://stageq.db)", dialect.ErrBadDSN, dialect.Redact(dsn))
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", nil, fmt.Errorf("sqlite DSN %q: %w", dsn, err)
+		return "", nil, fmt.Errorf("%w: sqlite DSN %q: %v", dialect.ErrBadDSN, dialect.Redact(dsn), err)
 	}
 	return path, q, nil
 }

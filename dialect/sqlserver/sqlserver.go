@@ -50,8 +50,13 @@ const appName = "stageq"
 func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	cfg, err := msdsn.Parse(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parse sqlserver DSN %s (want sqlserver://user:password@host:1433?database=name): %s",
-			redactDSN(dsn), scrub(err.Error(), dsn))
+		return nil, fmt.Errorf("%w: parse sqlserver DSN %s (want sqlserver://user:password@host:1433?database=name): %s",
+			dialect.ErrBadDSN, redactDSN(dsn), scrub(err.Error(), dsn))
+	}
+	// Without "connection timeout" the login phase has no bound: a server that
+	// accepts TCP and never answers would hang the connect.
+	if _, set := cfg.Parameters[msdsn.ConnectionTimeout]; !set && cfg.ConnTimeout == 0 {
+		cfg.ConnTimeout = dialect.DefaultConnectTimeout
 	}
 	if cfg.AppName == "" {
 		cfg.AppName = appName

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -61,7 +62,8 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, stdout, std
 	switch {
 	case errors.As(err, &ec):
 		return ec.code
-	case errors.As(err, &ue), isCobraUsage(err):
+	case errors.As(err, &ue), isCobraUsage(err),
+		errors.Is(err, dialect.ErrBadDSN), errors.Is(err, dialect.ErrUnknownScheme):
 		return ExitUsage
 	}
 	return ExitFailure
@@ -80,17 +82,34 @@ func isCobraUsage(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") ||
 		strings.Contains(msg, "accepts ") || strings.Contains(msg, "requires at least") ||
-		strings.HasPrefix(msg, "invalid argument")
+		strings.HasPrefix(msg, "invalid argument") || strings.HasPrefix(msg, "required flag") ||
+		strings.HasPrefix(msg, "if any flags in the group")
 }
 
-// dsnFlag adds --dsn, defaulting to $STAGEQ_DSN, then the embedded SQLite file.
+// dsnFlag adds --dsn, defaulting to $STAGEQ_DSN, then the embedded SQLite file,
+// and --connect-timeout, which (when given) overrides the DSN's own bound on a
+// connection attempt; without either, dialect.DefaultConnectTimeout applies.
 func dsnFlag(cmd *cobra.Command, dsn *string) {
 	def := os.Getenv("STAGEQ_DSN")
 	if def == "" {
 		def = DefaultDSN
 	}
-	cmd.PersistentFlags().StringVar(dsn, "dsn", def,
+	pf := cmd.PersistentFlags()
+	pf.StringVar(dsn, "dsn", def,
 		"queue database: sqlite://file.db, postgres://user@host/db, sqlserver://user:pass@host?database=db (env STAGEQ_DSN)")
+	var timeout time.Duration
+	pf.DurationVar(&timeout, "connect-timeout", dialect.DefaultConnectTimeout,
+		"give up a connection attempt after this long (overrides connect_timeout / \"connection timeout\" in the DSN)")
+	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if !c.Flags().Changed("connect-timeout") {
+			return nil
+		}
+		if timeout <= 0 {
+			return usageErrorf("--connect-timeout must be positive, got %s", timeout)
+		}
+		*dsn = dialect.WithConnectTimeout(*dsn, timeout)
+		return nil
+	}
 }
 
 // openClient opens the queue database; migrate applies the schema first.
@@ -138,4 +157,28 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// requireSubcommands makes every command group under root (migrate, limit,
+// schedule, lease) refuse an unknown or missing subcommand with exit code 2;
+// cobra would print the group's help and exit 0, which a script takes for success.
+func requireSubcommands(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		requireSubcommands(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			names := make([]string, 0, len(cmd.Commands()))
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q; use one of: %s", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+			}
+			return usageErrorf("%q needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))
+		}
+	}
 }

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -25,6 +28,7 @@ func NewQueuectlCommand() *cobra.Command {
 		newPauseCommand(&dsn, true), newPauseCommand(&dsn, false), newLimitCommand(&dsn)) // operate.go, status.go, limit.go
 	root.AddCommand(newScheduleCommand(&dsn)) // schedule.go
 	root.AddCommand(newLeaseCommand(&dsn))    // lease.go
+	requireSubcommands(root)
 	return root
 }
 
@@ -40,6 +44,11 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 				return err
 			}
 			defer d.Close()
+			// A schema newer than this binary: say so, rather than golang-migrate's
+			// "no migration found for version N".
+			if err := migrations.Check(cmd.Context(), d.Name(), d.DB()); errors.Is(err, migrations.ErrNewer) {
+				return err
+			}
 			v, err := migrations.Up(cmd.Context(), d.Name(), d.DB())
 			if err != nil {
 				return err
@@ -92,6 +101,9 @@ func newLogsCommand(dsn *string) *cobra.Command {
 			}
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
+			}
+			if out != "" && !slices.Contains(logOutcomes, dialect.Outcome(out)) {
+				return usageErrorf("--outcome %q: use one of %s", out, joinOutcomes(logOutcomes))
 			}
 			f.Outcome = dialect.Outcome(out)
 			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
@@ -149,6 +161,9 @@ func newTasksCommand(dsn *string) *cobra.Command {
 		Short: "List the tasks still in the queue (finished ones are in logs)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.State != "" && !slices.Contains(taskStates, f.State) {
+				return usageErrorf("--state %q: use one of %s", f.State, strings.Join(taskStates, ", "))
+			}
 			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
 			if err != nil {
 				return err
@@ -176,6 +191,21 @@ func newTasksCommand(dsn *string) *cobra.Command {
 	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// taskStates and logOutcomes are the values the --state and --outcome filters accept.
+var (
+	taskStates  = []string{dialect.StateBlocked, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
+	logOutcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
+		dialect.OutcomeAbandoned, dialect.OutcomeReleased}
+)
+
+func joinOutcomes(os []dialect.Outcome) string {
+	s := make([]string, len(os))
+	for i, o := range os {
+		s[i] = string(o)
+	}
+	return strings.Join(s, ", ")
 }
 
 func clip(s string, n int) string {

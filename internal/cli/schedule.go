@@ -202,11 +202,14 @@ func readSchedule(name string) (queue.Schedule, error) {
 	return s, nil
 }
 
-// scheduleErr turns the caller's mistakes into usage errors (exit code 2).
+// scheduleErr turns the caller's mistakes into usage errors (exit code 2) and a
+// missing schedule into exit code 3, like every other command.
 func scheduleErr(err error) error {
 	switch {
+	case errors.Is(err, dialect.ErrNotFound):
+		return exitCodeError{code: ExitNotFound, err: err}
 	case errors.Is(err, queue.ErrInvalidSchedule), errors.Is(err, stages.ErrInvalidPlan),
-		errors.Is(err, dialect.ErrExists), errors.Is(err, dialect.ErrNotFound), errors.Is(err, dialect.ErrInvalid):
+		errors.Is(err, dialect.ErrExists), errors.Is(err, dialect.ErrInvalid):
 		return UsageError{err}
 	}
 	return err
@@ -256,7 +259,7 @@ func newScheduleListCommand(dsn *string) *cobra.Command {
 				return err
 			}
 			if name != "" && len(list) == 0 {
-				return UsageError{fmt.Errorf("schedule %q: %w", name, dialect.ErrNotFound)}
+				return exitCodeError{code: ExitNotFound, err: fmt.Errorf("schedule %q: %w", name, dialect.ErrNotFound)}
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), list)

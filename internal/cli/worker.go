@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/migrations"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -35,9 +40,12 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 			if err != nil {
 				return err
 			}
+			if err := checkWorkerFlags(cmd, cfg); err != nil {
+				return err
+			}
 			cfg.ID, cfg.Logger, cfg.Version = id, log, Version
 			ctx := cmd.Context()
-			c, err := openClient(ctx, dsn, migrate, log)
+			c, err := openWithRetry(ctx, dsn, migrate, log)
 			if err != nil {
 				return err
 			}
@@ -74,4 +82,63 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	schedulerFlags(f, &cfg) // --no-scheduler (schedule.go)
 	logs.add(cmd)
 	return cmd
+}
+
+// openWithRetry opens the queue database for a worker. A worker is a service: a
+// database that is down or does not answer yet is waited for, with backoff and a
+// log line per attempt, until the caller's context ends. A DSN or schema that
+// is wrong is not going to get better and fails at once.
+func openWithRetry(ctx context.Context, dsn string, migrate bool, log zerolog.Logger) (*queue.Client, error) {
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		c, err := openClient(ctx, dsn, migrate, log)
+		if err == nil {
+			if attempt > 1 {
+				log.Info().Int("attempt", attempt).Msg("connected to the queue database")
+			}
+			return c, nil
+		}
+		if errors.Is(err, dialect.ErrBadDSN) || errors.Is(err, dialect.ErrUnknownScheme) ||
+			errors.Is(err, migrations.ErrSchemaMismatch) || ctx.Err() != nil {
+			return nil, err
+		}
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).
+			Msg("queue database unreachable; retrying")
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gave up connecting after %d attempts: %w", attempt, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// checkWorkerFlags refuses values that would otherwise fall back to a default
+// without a word (--concurrency 0, --lease 0s).
+func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
+	changed := cmd.Flags().Changed
+	if changed("concurrency") && cfg.Concurrency < 1 {
+		return usageErrorf("--concurrency must be >= 1, got %d", cfg.Concurrency)
+	}
+	for _, d := range []struct {
+		name   string
+		v      time.Duration
+		zeroOK bool // 0 means "off" or "default" and is documented as such
+	}{
+		{"lease", cfg.Lease, false}, {"poll-max", cfg.PollMax, false}, {"retry-base", cfg.RetryBase, false},
+		{"retry-max", cfg.RetryMax, false}, {"heartbeat", cfg.Heartbeat, true}, {"exit-when-idle", cfg.ExitWhenIdle, true},
+		{"shutdown-grace", cfg.ShutdownGrace, true},
+	} {
+		if !changed(d.name) || d.v > 0 || (d.zeroOK && d.v == 0) {
+			continue
+		}
+		if d.zeroOK {
+			return usageErrorf("--%s must not be negative, got %s", d.name, d.v)
+		}
+		return usageErrorf("--%s must be positive, got %s", d.name, d.v)
+	}
+	if cfg.Heartbeat > 0 && cfg.Heartbeat >= cfg.Lease {
+		return usageErrorf("--heartbeat (%s) must be shorter than --lease (%s)", cfg.Heartbeat, cfg.Lease)
+	}
+	return nil
 }

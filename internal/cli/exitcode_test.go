@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// TestExitCodesMatchREADME: each case README's exit-code table puts in a class
+// exits with that class's code (issue 10, item 8), and nothing is changed.
+func TestExitCodesMatchREADME(t *testing.T) {
+	qcDatabases(t, func(t *testing.T, dsn string) {
+		before := qcSnapshot(t, dsn)
+		for _, c := range []struct {
+			want int
+			says string
+			args []string
+		}{
+			{2, "delay", []string{"enqueue", "--delay", "1s", "--run-at", "2030-01-01T00:00:00Z", "SELECT 1"}},
+			{2, "token", []string{"lease", "extend", "x"}},
+			{2, "token", []string{"lease", "release", "x"}},
+			{3, "not found", []string{"schedule", "delete", "nosuch"}},
+			{3, "not found", []string{"schedule", "pause", "nosuch"}},
+			{3, "not found", []string{"schedule", "list", "nosuch"}},
+			{2, "--state", []string{"tasks", "--state", "bogus"}},
+			{2, "--outcome", []string{"logs", "--outcome", "bogus"}},
+			{2, "unknown command \"down\"", []string{"migrate", "down"}},
+			{2, "needs a subcommand", []string{"limit"}},
+			{2, "unknown command", []string{"schedule", "frobnicate"}},
+		} {
+			qcExpect(t, dsn, c.want, c.says, c.args...)
+		}
+		if after := qcSnapshot(t, dsn); after != before {
+			t.Errorf("refused commands changed the queue:\n%s\n---\n%s", before, after)
+		}
+		for _, dsn := range []string{"mysql://root@h/db", "stageq.db"} {
+			qcExpect(t, dsn, 2, "scheme", "status")
+		}
+
+		// A schema newer than the binary: migrate up says so, clearly.
+		d, err := dialect.Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := map[string]string{"sqlite": "stageq_schema_migrations", "postgres": "stageq.schema_migrations"}[d.Name()]
+		if _, err := d.DB().ExecContext(context.Background(), "UPDATE "+table+" SET version = 99"); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		code, _, stderr := qc(t, dsn, "migrate", "up")
+		if code != ExitFailure || !strings.Contains(stderr, "version 99") || !strings.Contains(stderr, "upgrade the binary") {
+			t.Errorf("migrate up on schema 99: exit %d, stderr %q", code, stderr)
+		}
+	})
+}
+
+// TestWorkerFlagsRefused: worker values that would silently fall back to a
+// default exit 2 before touching the database.
+func TestWorkerFlagsRefused(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--concurrency", "0"}, {"--lease", "0s"}, {"--lease", "-1s"}, {"--poll-max", "0s"},
+		{"--retry-base", "0s"}, {"--shutdown-grace", "-1s"}, {"--heartbeat", "-1s"},
+		{"--heartbeat", "40s", "--lease", "30s"},
+	} {
+		var out, errb syncBuffer
+		code := Execute(context.Background(), NewWorkerCommand(),
+			append([]string{"--dsn", "mysql://never-opened/x"}, args...), &out, &errb)
+		if code != ExitUsage || !strings.Contains(errb.String(), "--"+strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("worker %v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
