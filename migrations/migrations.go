@@ -91,6 +91,24 @@ func Expected(dialect string) (uint, error) {
 	return vs[len(vs)-1], nil
 }
 
+// sqlServerCreateSchema creates schema stageq before golang-migrate's lock can be
+// taken (its version table lives in the schema). Two migrators starting on an
+// empty database would both see no schema and the second CREATE SCHEMA would fail
+// (2714), so the check and the creation run under an exclusive application lock
+// of their own, held until the transaction ends (sp_getapplock returns < 0 when
+// the lock was not granted in time).
+const sqlServerCreateSchema = `
+SET XACT_ABORT ON;
+BEGIN TRANSACTION;
+DECLARE @Lock int;
+EXEC @Lock = sys.sp_getapplock @Resource = N'stageq: create schema', @LockMode = N'Exclusive',
+     @LockOwner = N'Transaction', @LockTimeout = 60000;
+IF @Lock < 0
+    THROW 50090, N'stageq: could not take the schema-creation lock within 60 s', 1;
+IF SCHEMA_ID(N'stageq') IS NULL
+    EXEC (N'CREATE SCHEMA stageq');
+COMMIT TRANSACTION;`
+
 func newMigrate(ctx context.Context, dialect string, db *sql.DB) (*migrate.Migrate, error) {
 	var (
 		drv database.Driver
@@ -107,7 +125,7 @@ func newMigrate(ctx context.Context, dialect string, db *sql.DB) (*migrate.Migra
 	case "sqlite":
 		drv, err = sqlitemigrate.WithInstance(db, &sqlitemigrate.Config{MigrationsTable: TableSQLite})
 	case "sqlserver":
-		if _, err = db.ExecContext(ctx, `IF SCHEMA_ID(N'stageq') IS NULL EXEC(N'CREATE SCHEMA stageq')`); err != nil {
+		if _, err = db.ExecContext(ctx, sqlServerCreateSchema); err != nil {
 			return nil, fmt.Errorf("create schema stageq: %w", err)
 		}
 		drv, err = sqlservermigrate.WithInstance(db, &sqlservermigrate.Config{

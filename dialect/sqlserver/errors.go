@@ -92,20 +92,40 @@ const (
 	classBroken
 )
 
+// serverErrors lists every error of the server's response that err carries, first
+// to last. go-mssqldb reports the last one as the Error itself and keeps them all
+// in Error.All: a batch can send a deadlock (1205) and then another error (266,
+// a transaction count mismatch, or a procedure's own THROW), and the earlier one
+// decides what happened to the transaction.
+func serverErrors(err error) []mssql.Error {
+	var me mssql.Error
+	if !errors.As(err, &me) {
+		return nil
+	}
+	if len(me.All) == 0 {
+		return []mssql.Error{me}
+	}
+	return me.All
+}
+
 // classify tells rolled-back errors from broken connections from everything else.
+// Any error of the response counts: a rollback anywhere in it means nothing the
+// request did was committed.
 func classify(err error) errorClass {
 	if err == nil {
 		return classFinal
 	}
-	var me mssql.Error
-	if errors.As(err, &me) {
-		switch {
-		case rolledBack[me.Number]:
-			return classRolledBack
-		case brokenConnection[me.Number]:
-			return classBroken
+	if all := serverErrors(err); all != nil {
+		class := classFinal
+		for _, e := range all {
+			switch {
+			case rolledBack[e.Number]:
+				return classRolledBack
+			case brokenConnection[e.Number]:
+				class = classBroken
+			}
 		}
-		return classFinal
+		return class
 	}
 	var ne net.Error
 	var se mssql.StreamError
@@ -160,8 +180,12 @@ func (d *SQLServer) retry(ctx context.Context, mode retryMode, f func(ctx contex
 }
 
 func isLockError(err error) bool {
-	var me mssql.Error
-	return errors.As(err, &me) && (me.Number == errDeadlockVictim || me.Number == errLockTimeout || me.Number == errLockResources)
+	for _, e := range serverErrors(err) {
+		if e.Number == errDeadlockVictim || e.Number == errLockTimeout || e.Number == errLockResources {
+			return true
+		}
+	}
+	return false
 }
 
 // IsRetryable reports whether err means the whole transaction was rolled back by
@@ -172,27 +196,44 @@ func IsRetryable(err error) bool { return classify(err) == classRolledBack }
 
 // mapErr turns SQL Server's errors into stageq's sentinel errors, keeping the
 // server's message: THROW 50000-50999 from stageq's procedures and constraint,
-// NULL and truncation errors are bad input (ErrInvalid).
+// NULL and truncation errors are bad input (ErrInvalid). It looks at every error
+// of the response, so a THROW followed by a transaction-count error (266) is
+// still reported as the bad input it was.
 func mapErr(err error) error {
-	var me mssql.Error
-	if !errors.As(err, &me) {
+	all := serverErrors(err)
+	if all == nil {
 		return err
 	}
-	switch {
-	case me.Number >= errValidationFirst && me.Number <= errValidationLast,
-		me.Number == errCheckViolation, me.Number == errNullViolation,
-		me.Number == errTruncation, me.Number == errTruncationOld:
-		return fmt.Errorf("%w: %s", dialect.ErrInvalid, strings.TrimPrefix(me.Message, "stageq: "))
-	case me.Number == 0 && strings.Contains(me.Message, "server does not have an active transaction"):
-		// The driver's own error: the server ended the transaction (XACT_ABORT
-		// after an error, or a task body that ran COMMIT or ROLLBACK).
-		return fmt.Errorf("the transaction was ended before stageq could finish it (a task body that commits or rolls back, or an error under XACT_ABORT): %w", err)
+	for _, e := range all {
+		if rolledBack[e.Number] || brokenConnection[e.Number] {
+			return err // a rollback or a lost connection, whatever followed it
+		}
+	}
+	for _, me := range all {
+		switch {
+		case me.Number >= errValidationFirst && me.Number <= errValidationLast,
+			me.Number == errCheckViolation, me.Number == errNullViolation,
+			me.Number == errTruncation, me.Number == errTruncationOld:
+			return fmt.Errorf("%w: %s", dialect.ErrInvalid, strings.TrimPrefix(me.Message, "stageq: "))
+		}
+	}
+	for _, me := range all {
+		if me.Number == 0 && strings.Contains(me.Message, "server does not have an active transaction") {
+			// The driver's own error: the server ended the transaction (XACT_ABORT
+			// after an error, or a task body that ran COMMIT or ROLLBACK).
+			return fmt.Errorf("the transaction was ended before stageq could finish it (a task body that commits or rolls back, or an error under XACT_ABORT): %w", err)
+		}
 	}
 	return err
 }
 
-// isUniqueViolation reports a PRIMARY KEY or UNIQUE violation.
+// isUniqueViolation reports a PRIMARY KEY or UNIQUE violation anywhere in the
+// response.
 func isUniqueViolation(err error) bool {
-	var me mssql.Error
-	return errors.As(err, &me) && (me.Number == errUniqueKey || me.Number == errUniqueIndex)
+	for _, e := range serverErrors(err) {
+		if e.Number == errUniqueKey || e.Number == errUniqueIndex {
+			return true
+		}
+	}
+	return false
 }

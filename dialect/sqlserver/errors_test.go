@@ -134,3 +134,66 @@ func TestChecks(t *testing.T) {
 		t.Error("clampInt32")
 	}
 }
+
+// TestEveryErrorOfAResponseCounts: go-mssqldb reports the last error of a
+// response and keeps all of them in Error.All; a deadlock followed by a
+// transaction-count error (1205 then 266) is still a rollback, and a THROW
+// followed by 266 is still bad input.
+func TestEveryErrorOfAResponseCounts(t *testing.T) {
+	withAll := func(nums ...int32) error {
+		all := make([]mssql.Error, len(nums))
+		for i, n := range nums {
+			all[i] = mssql.Error{Number: n, Message: fmt.Sprintf("error %d", n)}
+		}
+		last := all[len(all)-1]
+		last.All = all
+		return fmt.Errorf("finish: %w", last)
+	}
+	if got := classify(withAll(1205, 266)); got != classRolledBack {
+		t.Errorf("1205 then 266: class %d, want rolled back", got)
+	}
+	if !IsRetryable(withAll(1205, 266)) || !isLockError(withAll(1205, 266)) {
+		t.Error("1205 then 266 is not retryable as a lock error")
+	}
+	if got := classify(withAll(10054, 266)); got != classBroken {
+		t.Errorf("10054 then 266: class %d, want broken", got)
+	}
+	if got := classify(withAll(208, 266)); got != classFinal {
+		t.Errorf("208 then 266: class %d, want final", got)
+	}
+	if err := mapErr(withAll(50003, 266)); !errors.Is(err, dialect.ErrInvalid) {
+		t.Errorf("THROW 50003 then 266: %v is not ErrInvalid", err)
+	}
+	if err := mapErr(withAll(1205, 547)); errors.Is(err, dialect.ErrInvalid) {
+		t.Errorf("a deadlock followed by 547 mapped to ErrInvalid: %v", err)
+	}
+	if !isUniqueViolation(withAll(2627, 3621)) {
+		t.Error("2627 then 3621 (statement terminated) is not a unique violation")
+	}
+
+	d := &SQLServer{}
+	calls := 0
+	err := d.retry(context.Background(), retrySafe, func(context.Context) error {
+		calls++
+		if calls == 1 {
+			return withAll(1205, 266)
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Errorf("1205 then 266 was not retried: err %v after %d calls", err, calls)
+	}
+}
+
+func TestCompatibilityRefusalSaysWhatToDo(t *testing.T) {
+	probe := mssql.Error{Number: 208, Message: "Invalid object name 'OPENJSON'."}
+	msg := compatError("shop", 120, probe).Error()
+	for _, want := range []string{"compatibility level 120", "130 or higher", "ALTER DATABASE [shop] SET COMPATIBILITY_LEVEL = 130", "OPENJSON"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal %q does not say %q", msg, want)
+		}
+	}
+	if err := compatError("shop", 150, probe); !errors.As(err, new(mssql.Error)) {
+		t.Errorf("the probe's error is not kept: %v", err)
+	}
+}

@@ -470,7 +470,7 @@ func (d *SQLServer) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, err
 const limitUpsertSQL = `
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
-DECLARE @Key nvarchar(200) = @pKey,
+DECLARE @Key nvarchar(205) = @pKey,
         @Max int = @pMax;
 BEGIN TRANSACTION;
 UPDATE l SET max_running = @Max, updated_at = SYSUTCDATETIME()
@@ -488,7 +488,7 @@ func (d *SQLServer) LimitSet(ctx context.Context, key string, max int) error {
 	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
 		return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
 	}
-	if err := checkLen("limit key", key, maxName); err != nil {
+	if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
 		return fmt.Errorf("set limit: %w", err)
 	}
 	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
@@ -568,7 +568,7 @@ func (d *SQLServer) limitList(ctx context.Context, key string) ([]dialect.LimitI
 // limitDeleteSQL removes a limit. In: key. Out: rows removed.
 const limitDeleteSQL = `
 SET NOCOUNT ON;
-DECLARE @Key nvarchar(200) = @pKey;
+DECLARE @Key nvarchar(205) = @pKey;
 DELETE FROM stageq.Limits WHERE [key] = @Key;
 SELECT @@ROWCOUNT;`
 
@@ -581,7 +581,7 @@ func (d *SQLServer) LimitDelete(ctx context.Context, key string) error {
 		none := 0
 		return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
 	}
-	if err := checkLen("limit key", key, maxName); err != nil {
+	if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
 		return fmt.Errorf("delete limit: %w", err)
 	}
 	var n int

@@ -3,6 +3,7 @@ package sqlserver
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf16"
 
@@ -43,6 +44,16 @@ const (
 	maxName = 200 // process, worker, schedule, lease, limit key, kind
 	maxHost = 256
 )
+
+// limitKeyMax is the longest key stageq.Limits holds for key: a named limit is a
+// name (200), a kind limit is "kind:" and a whole kind (205), the size of the
+// column and of the claim's @KindKey.
+func limitKeyMax(key string) int {
+	if strings.HasPrefix(key, dialect.LimitKindPrefix) {
+		return len(dialect.LimitKindPrefix) + maxName
+	}
+	return maxName
+}
 
 // checkLen refuses a string longer than an nvarchar(n) column holds, counted as
 // SQL Server counts (UTF-16 code units): assigning it to the sized local would cut

@@ -68,7 +68,61 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		db.Close()
 		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
 	}
+	if err := d.checkCompatibility(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// compatLevelSQL reads the current database's compatibility level, for the
+// message when OPENJSON is refused. No parameters.
+const compatLevelSQL = `
+SET NOCOUNT ON;
+SELECT CONVERT(int, d.compatibility_level), DB_NAME() FROM sys.databases AS d WHERE d.database_id = DB_ID();`
+
+// openJSONProbeSQL uses OPENJSON, which stageq.Submit and the schedules need and
+// which SQL Server accepts only at compatibility level 130 or higher. No parameters.
+const openJSONProbeSQL = `SELECT COUNT(*) FROM OPENJSON(N'[1]');`
+
+// minCompatLevel is the lowest compatibility level at which OPENJSON exists.
+const minCompatLevel = 130
+
+// checkCompatibility refuses, at open (so before any migration), a database on
+// which OPENJSON does not work, naming its compatibility level and the fix. The
+// probe, not the level, decides: it is the level's documented effect on SQL
+// Server, and engines that report another level but accept OPENJSON are not
+// refused for a number.
+func (d *SQLServer) checkCompatibility(ctx context.Context) error {
+	var level int
+	var name string
+	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, compatLevelSQL).Scan(&level, &name)
+	})
+	if err != nil {
+		return fmt.Errorf("read the database's compatibility level: %w", mapErr(err))
+	}
+	var n int
+	err = d.retry(ctx, retryAll, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, openJSONProbeSQL).Scan(&n)
+	})
+	if err == nil {
+		return nil
+	}
+	if classify(err) != classFinal {
+		return fmt.Errorf("check OPENJSON: %w", err)
+	}
+	return compatError(name, level, err)
+}
+
+// compatError is the refusal checkCompatibility returns when OPENJSON fails.
+func compatError(name string, level int, err error) error {
+	if level < minCompatLevel {
+		return fmt.Errorf("database %s has compatibility level %d; stageq needs %d or higher (SQL Server 2016+, for OPENJSON). "+
+			"Raise it with ALTER DATABASE [%s] SET COMPATIBILITY_LEVEL = %d (or higher), then start again: %w",
+			name, level, minCompatLevel, name, minCompatLevel, err)
+	}
+	return fmt.Errorf("OPENJSON does not work on database %s (compatibility level %d); stageq needs it: %w", name, level, err)
 }
 
 // Name implements dialect.Dialect.

@@ -16,6 +16,8 @@ type statement struct {
 
 // statements lists every batch, in the order docs/sqlserver.md describes them.
 var statements = []statement{
+	{name: "compatibility level", sql: compatLevelSQL},
+	{name: "OPENJSON probe", sql: openJSONProbeSQL},
 	{name: "begin", sql: beginTxSQL},
 	{name: "submit", sql: submitSQL},
 	{name: "claim", sql: claimSQL, lockingRead: true},

@@ -674,3 +674,60 @@ func TestVariableNamesDifferInMoreThanCase(t *testing.T) {
 		t.Error("no procedures found in the migrations")
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Kind limits.
+
+// TestKindLimitKeysAreNotCut: a kind limit's key is "kind:" and the whole kind,
+// so the column, the claim's @KindKey and the statements that write or delete a
+// limit must hold 205 characters; cut to 200, two kinds that share their first
+// 195 characters would share one limit.
+func TestKindLimitKeysAreNotCut(t *testing.T) {
+	want := len("kind:") + maxName
+	if got := limitKeyMax("kind:" + strings.Repeat("k", 200)); got != want {
+		t.Errorf("limitKeyMax(kind: + 200) = %d, want %d", got, want)
+	}
+	if err := checkLen("limit key", "kind:"+strings.Repeat("k", 200), limitKeyMax("kind:"+strings.Repeat("k", 200))); err != nil {
+		t.Errorf("a kind limit for a 200-character kind is refused: %v", err)
+	}
+	if err := checkLen("limit key", strings.Repeat("k", 201), limitKeyMax(strings.Repeat("k", 201))); err == nil {
+		t.Error("a 201-character named limit key is accepted")
+	}
+	sizeRe := func(re string) *regexp.Regexp { return regexp.MustCompile(`(?is)` + re + `\s+nvarchar\((\d+)\)`) }
+	size := func(where, text string, re *regexp.Regexp) int {
+		m := re.FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("%s: %s not found", where, re)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	for file, text := range readMigrations(t) {
+		if !strings.Contains(file, ".up.") || !strings.Contains(text, "CREATE TABLE stageq.Limits") {
+			continue
+		}
+		if n := size(file, text, sizeRe(`CREATE TABLE stageq\.Limits\s*\(\s*\[key\]`)); n != want {
+			t.Errorf("%s: stageq.Limits.[key] is nvarchar(%d), want nvarchar(%d)", file, n, want)
+		}
+		if n := size(file, text, sizeRe(`\bkind`)); n != maxName {
+			t.Errorf("%s: stageq.Tasks.kind is nvarchar(%d), want nvarchar(%d)", file, n, maxName)
+		}
+		for _, p := range procedures(t, file, text) {
+			body := codeOnly(t, file+": "+p.name, p.body)
+			if !strings.Contains(body, "@KindKey") {
+				continue
+			}
+			if n := size(p.name, body, sizeRe(`@KindKey`)); n != want {
+				t.Errorf("%s: @KindKey is nvarchar(%d), want nvarchar(%d)", p.name, n, want)
+			}
+			if regexp.MustCompile(`(?is)(LEFT|SUBSTRING)\s*\(\s*CONCAT\s*\(\s*N''\s*,\s*@Kind`).MatchString(body) {
+				t.Errorf("%s: the kind limit key is cut", p.name)
+			}
+		}
+	}
+	for _, st := range []string{limitUpsertSQL, limitDeleteSQL} {
+		if n := size("limit statement", st, sizeRe(`@Key`)); n != want {
+			t.Errorf("a limit statement declares @Key nvarchar(%d), want nvarchar(%d)", n, want)
+		}
+	}
+}

@@ -181,9 +181,11 @@ CREATE TABLE stageq.Workers (
 -- A named limit ('erp-api') caps the running tasks whose limit_key is the name;
 -- 'kind:<kind>' caps the running tasks of a kind; a key without a row is
 -- unlimited. Not counters: a slot is a running task, counted under the limit row's
--- update lock, so it is released exactly when the task stops running.
+-- update lock, so it is released exactly when the task stops running. The key holds
+-- 'kind:' plus a whole kind (200 characters): cut to 200, two long kinds would
+-- share one limit.
 CREATE TABLE stageq.Limits (
-    [key]       nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL,
+    [key]       nvarchar(205) COLLATE Latin1_General_100_BIN2 NOT NULL,
     max_running int           NOT NULL,
     updated_at  datetime2(7)  NOT NULL CONSTRAINT DF_Limits_updated_at DEFAULT (SYSUTCDATETIME()),
     CONSTRAINT PK_Limits PRIMARY KEY CLUSTERED ([key]),
@@ -618,7 +620,7 @@ BEGIN
 
     DECLARE @Now datetime2(7), @Expires datetime2(7), @Rounds int = 0, @Count int = 0,
             @Cand bigint, @Pid bigint, @Weight int, @MaxParallel int, @Tid bigint,
-            @Kind nvarchar(200), @Key nvarchar(200), @KindKey nvarchar(200), @Tries int,
+            @Kind nvarchar(200), @Key nvarchar(200), @KindKey nvarchar(205), @Tries int,
             @Admit bit, @LimitMax int, @Got bit, @VMin bigint;
     DECLARE @Skip TABLE (id bigint NOT NULL PRIMARY KEY);
     DECLARE @Rejected TABLE (id bigint NOT NULL PRIMARY KEY);
@@ -702,7 +704,7 @@ BEGIN
                             WHERE r.limit_key = @Key AND r.state = ''running'') >= @LimitMax
                         SET @Admit = 0;
                 END;
-                SET @KindKey = LEFT(CONCAT(N''kind:'', @Kind), 200);
+                SET @KindKey = CONCAT(N''kind:'', @Kind);
                 IF @Admit = 1 AND EXISTS (SELECT 1 FROM stageq.Limits AS l WITH (READCOMMITTEDLOCK) WHERE l.[key] = @KindKey)
                 BEGIN
                     SET @LimitMax = NULL;
