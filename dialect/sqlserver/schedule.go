@@ -280,13 +280,23 @@ DECLARE @ScheduleId bigint = @pScheduleId,
         @PruneBefore datetime2(7) = @pPruneBefore,
         @Count int,
         @Advanced int = 1,
+        @ChunkStart int = 0,
+        @ChunkEnd int,
         @Now datetime2(7) = SYSUTCDATETIME();
 SELECT @Count = COUNT(*) FROM OPENJSON(@TaskIds);
-IF @Count > 0
+-- 1,000 tasks per UPDATE: one statement holding 5,000 locks on one index makes SQL
+-- Server try a table lock, which the claims' READPAST cannot pass over. The array's
+-- keys are 0..n-1.
+WHILE @ChunkStart < @Count
+BEGIN
+    SET @ChunkEnd = @ChunkStart + 999;
     UPDATE t
        SET schedule_name = @Name, scheduled_for = @ScheduledFor
       FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks))
-     WHERE t.id IN (SELECT CONVERT(bigint, j.[value]) FROM OPENJSON(@TaskIds) AS j);
+     WHERE t.id IN (SELECT CONVERT(bigint, j.[value]) FROM OPENJSON(@TaskIds) AS j
+                     WHERE CONVERT(int, j.[key]) BETWEEN @ChunkStart AND @ChunkEnd);
+    SET @ChunkStart = @ChunkEnd + 1;
+END;
 INSERT INTO stageq.ScheduleRuns (schedule_id, scheduled_for, outcome, process_id, task_count, worker_id, fired_at)
 VALUES (@ScheduleId, @ScheduledFor, @Outcome, NULLIF(@ProcessId, 0), @Count, @WorkerId, @Now);
 IF @Advance = 1

@@ -731,3 +731,69 @@ func TestKindLimitKeysAreNotCut(t *testing.T) {
 		}
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Lock escalation.
+
+var (
+	tasksWriteRe = regexp.MustCompile(`(?is)\b(INSERT\s+INTO\s+stageq\.Tasks\b|(UPDATE|DELETE)\s+(TOP\s*\(\s*\d+\s*\)\s*)?\w+\b.*\bFROM\s+stageq\.Tasks\b|(UPDATE|DELETE\s+FROM)\s+stageq\.Tasks\b)`)
+	// Bounded writes: one task by id; a worker's own running tasks (at most its
+	// concurrency); TOP (n); or a chunk ending at @ChunkEnd.
+	oneRowRe    = regexp.MustCompile(`(?i)\b\w+\.id\s*=\s*@\w+|\bWHERE\s+id\s*=\s*@\w+|\bworker_id\s*=\s*@WorkerId\b|\b(UPDATE|DELETE)\s+TOP\s*\(\s*\d+\s*\)`)
+	chunkRe     = regexp.MustCompile(`@ChunkEnd\b`)
+	chunkStepRe = regexp.MustCompile(`(?i)@ChunkEnd\s*=\s*@ChunkStart\s*\+\s*(\d+)|TOP\s*\(\s*(\d+)\s*\)`)
+)
+
+// checkTaskWrites: a statement that writes stageq.Tasks either names one task by
+// id or works on a chunk bounded by @ChunkEnd of at most 1,000 tasks. SQL Server
+// tries to escalate a statement's row locks to a table lock once it holds 5,000
+// locks on one index (Lock escalation, in the locking guide), and READPAST passes
+// over locked rows, never a locked table: one large Submit, OpenStage or schedule
+// tick would stall every worker until it commits.
+func checkTaskWrites(code string) []string {
+	var problems []string
+	// Statements are cut at ';' and BEGIN (CASE ... ELSE ... END stays whole).
+	for _, stmt := range regexp.MustCompile(`;|\bBEGIN\b`).Split(code, -1) {
+		if !tasksWriteRe.MatchString(stmt) {
+			continue
+		}
+		if oneRowRe.MatchString(stmt) || chunkRe.MatchString(stmt) {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("a write of stageq.Tasks neither names one task by id nor is bounded by @ChunkEnd: %.120q",
+			strings.Join(strings.Fields(stmt), " ")))
+	}
+	for _, m := range chunkStepRe.FindAllStringSubmatch(code, -1) {
+		n := m[1]
+		if n == "" {
+			n = m[2]
+		}
+		if v, _ := strconv.Atoi(n); v > 1000 {
+			problems = append(problems, fmt.Sprintf("a chunk of %d tasks; keep chunks at 1,000 or fewer, far below the 5,000 locks that trigger escalation", v))
+		}
+	}
+	return problems
+}
+
+func TestTaskWritesStayBelowLockEscalation(t *testing.T) {
+	if len(checkTaskWrites("UPDATE t SET state = 'x' FROM stageq.Tasks AS t WHERE t.process_id = @P;")) != 1 ||
+		len(checkTaskWrites("SET @ChunkEnd = @ChunkStart + 4999;")) != 1 {
+		t.Fatal("the check itself is broken: an unbounded UPDATE of stageq.Tasks or a 5,000-task chunk passed")
+	}
+	if !chunkRe.MatchString(scheduleFireSQL) {
+		t.Error("schedule fire: the tasks of a tick are not stamped in chunks")
+	}
+	for _, st := range statements {
+		for _, p := range checkTaskWrites(codeOnly(t, st.name, st.sql)) {
+			t.Errorf("%s: %s", st.name, p)
+		}
+	}
+	for file, text := range readMigrations(t) {
+		for _, p := range procedures(t, file, text) {
+			where := file + ": " + p.name
+			for _, problem := range checkTaskWrites(codeOnly(t, where, p.body)) {
+				t.Errorf("%s: %s", where, problem)
+			}
+		}
+	}
+}

@@ -328,7 +328,8 @@ BEGIN
     SET XACT_ABORT ON;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
-    DECLARE @Old int, @New int, @Now datetime2(7) = SYSUTCDATETIME();
+    DECLARE @Old int, @New int, @Now datetime2(7) = SYSUTCDATETIME(),
+            @ChunkStart bigint, @ChunkEnd bigint;
 
     -- Already locked by the caller; asking again is free.
     SELECT @Old = p.current_order
@@ -352,23 +353,56 @@ BEGIN
         RETURN 0;
     END;
 
+    -- A stage is re-stated in chunks of at most 1,000 tasks in id order (the
+    -- clustered key, which IX_Tasks_Stage carries after its own keys): SQL Server
+    -- tries to escalate to a table lock, which READPAST cannot pass over, once one
+    -- statement holds 5,000 locks on one index. Every chunk is in the caller''s
+    -- transaction, so the stage still opens all at once.
     IF @Old IS NOT NULL AND @New < @Old
     BEGIN
         -- A lower order arrived: tasks of the old stage that have not started wait
         -- again. Only the open stage can hold available tasks (Finish and Rescue
         -- re-queue a task as blocked when its order is not the open one).
-        UPDATE t
-           SET state = ''blocked''
-          FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
-         WHERE t.process_id = @ProcessId AND t.execution_order = @Old AND t.state = ''available'';
+        SET @ChunkStart = 0;
+        WHILE 1 = 1
+        BEGIN
+            SET @ChunkEnd = NULL;
+            SELECT @ChunkEnd = MAX(k.id)
+              FROM (SELECT TOP (1000) t.id
+                      FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Stage))
+                     WHERE t.process_id = @ProcessId AND t.execution_order = @Old AND t.id > @ChunkStart
+                     ORDER BY t.id) AS k;
+            IF @ChunkEnd IS NULL
+                BREAK;
+            UPDATE t
+               SET state = ''blocked''
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
+             WHERE t.process_id = @ProcessId AND t.execution_order = @Old
+               AND t.id > @ChunkStart AND t.id <= @ChunkEnd AND t.state = ''available'';
+            SET @ChunkStart = @ChunkEnd;
+        END;
     END;
 
     IF @Old IS NULL OR @Old <> @New
     BEGIN
-        UPDATE t
-           SET state = ''available''
-          FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
-         WHERE t.process_id = @ProcessId AND t.execution_order = @New AND t.state = ''blocked'';
+        SET @ChunkStart = 0;
+        WHILE 1 = 1
+        BEGIN
+            SET @ChunkEnd = NULL;
+            SELECT @ChunkEnd = MAX(k.id)
+              FROM (SELECT TOP (1000) t.id
+                      FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Stage))
+                     WHERE t.process_id = @ProcessId AND t.execution_order = @New AND t.id > @ChunkStart
+                     ORDER BY t.id) AS k;
+            IF @ChunkEnd IS NULL
+                BREAK;
+            UPDATE t
+               SET state = ''available''
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
+             WHERE t.process_id = @ProcessId AND t.execution_order = @New
+               AND t.id > @ChunkStart AND t.id <= @ChunkEnd AND t.state = ''blocked'';
+            SET @ChunkStart = @ChunkEnd;
+        END;
     END;
 
     UPDATE stageq.Processes
@@ -410,7 +444,8 @@ BEGIN
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
     DECLARE @Name nvarchar(200), @Cur int, @Min int, @Open int, @Bad int,
-            @Problem nvarchar(400), @Msg nvarchar(2048), @Now datetime2(7) = SYSUTCDATETIME();
+            @Problem nvarchar(400), @Msg nvarchar(2048), @Now datetime2(7) = SYSUTCDATETIME(),
+            @ChunkStart int, @ChunkEnd int, @Last int;
     DECLARE @Raw TABLE (
         ord int NOT NULL PRIMARY KEY, order_type int NULL, execution_order nvarchar(max) NULL,
         kind nvarchar(max) NULL, body nvarchar(max) NULL, max_attempts nvarchar(max) NULL,
@@ -522,21 +557,32 @@ BEGIN
 
         -- Tasks of the stage open after this submission start available, the rest
         -- blocked; OpenStage then blocks again a started stage above a new lower one.
-        INSERT INTO stageq.Tasks (process_id, process_name, execution_order, kind, body, state,
-                                  priority, max_attempts, atomic, run_at, limit_key)
-        OUTPUT inserted.id INTO @Ids (id)
-        SELECT @ProcessId, @Name, o.execution_order, COALESCE(r.kind, N''sql''), r.body,
-               CASE WHEN o.execution_order = @Open THEN ''available'' ELSE ''blocked'' END,
-               COALESCE(TRY_CONVERT(int, r.priority), 0),
-               COALESCE(TRY_CONVERT(int, r.max_attempts), 3),
-               CASE WHEN r.atomic = N''true'' THEN 1 ELSE 0 END,
-               COALESCE(CONVERT(datetime2(7), SWITCHOFFSET(TRY_CONVERT(datetimeoffset(7), r.run_at), ''+00:00'')),
-                        DATEADD(millisecond, CONVERT(int, COALESCE(TRY_CONVERT(bigint, r.delay_ms), 0) % 1000),
-                                DATEADD(second, CONVERT(int, COALESCE(TRY_CONVERT(bigint, r.delay_ms), 0) / 1000), @Now))),
-               r.limit_key
-          FROM @Raw AS r
-         CROSS APPLY (SELECT TRY_CONVERT(int, r.execution_order) AS execution_order) AS o
-         ORDER BY r.ord;
+        -- Inserted 1,000 at a time (r.ord is 1..n): SQL Server tries to escalate to
+        -- a table lock, which every claim''s READPAST would wait for, once one
+        -- statement holds 5,000 locks on one index. All chunks are one transaction.
+        SELECT @Last = MAX(r.ord) FROM @Raw AS r;
+        SET @ChunkStart = 1;
+        WHILE @ChunkStart <= @Last
+        BEGIN
+            SET @ChunkEnd = @ChunkStart + 999;
+            INSERT INTO stageq.Tasks (process_id, process_name, execution_order, kind, body, state,
+                                      priority, max_attempts, atomic, run_at, limit_key)
+            OUTPUT inserted.id INTO @Ids (id)
+            SELECT @ProcessId, @Name, o.execution_order, COALESCE(r.kind, N''sql''), r.body,
+                   CASE WHEN o.execution_order = @Open THEN ''available'' ELSE ''blocked'' END,
+                   COALESCE(TRY_CONVERT(int, r.priority), 0),
+                   COALESCE(TRY_CONVERT(int, r.max_attempts), 3),
+                   CASE WHEN r.atomic = N''true'' THEN 1 ELSE 0 END,
+                   COALESCE(CONVERT(datetime2(7), SWITCHOFFSET(TRY_CONVERT(datetimeoffset(7), r.run_at), ''+00:00'')),
+                            DATEADD(millisecond, CONVERT(int, COALESCE(TRY_CONVERT(bigint, r.delay_ms), 0) % 1000),
+                                    DATEADD(second, CONVERT(int, COALESCE(TRY_CONVERT(bigint, r.delay_ms), 0) / 1000), @Now))),
+                   r.limit_key
+              FROM @Raw AS r
+             CROSS APPLY (SELECT TRY_CONVERT(int, r.execution_order) AS execution_order) AS o
+             WHERE r.ord >= @ChunkStart AND r.ord <= @ChunkEnd
+             ORDER BY r.ord;
+            SET @ChunkStart = @ChunkEnd + 1;
+        END;
 
         EXEC stageq.OpenStage @ProcessId = @ProcessId;
 
