@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -105,7 +106,10 @@ func (s ProcessSettings) Validate() error {
 	if s.Weight != nil && (*s.Weight < 1 || *s.Weight > MaxWeight) {
 		return fmt.Errorf("%w: weight must be between 1 and %d, got %d", ErrInvalid, MaxWeight, *s.Weight)
 	}
-	if s.MaxParallel != nil && *s.MaxParallel < 0 {
+	if s.Priority != nil && (*s.Priority < math.MinInt32 || *s.Priority > math.MaxInt32) {
+		return fmt.Errorf("%w: priority %d is out of range: it must fit in 32 bits", ErrInvalid, *s.Priority)
+	}
+	if s.MaxParallel != nil && (*s.MaxParallel < 0 || *s.MaxParallel > math.MaxInt32) {
 		return fmt.Errorf("%w: max_parallel must be >= 1 (or 0 for no cap), got %d", ErrInvalid, *s.MaxParallel)
 	}
 	return nil
@@ -149,8 +153,8 @@ func ValidateLimit(key string, max int) error {
 	case len(key) > MaxLimitKey+len(LimitProcessPrefix):
 		return fmt.Errorf("%w: limit key is too long", ErrInvalid)
 	}
-	if max < 0 {
-		return fmt.Errorf("%w: limit %q must be >= 0, got %d", ErrInvalid, key, max)
+	if max < 0 || max > math.MaxInt32 {
+		return fmt.Errorf("%w: limit %q must be between 0 and %d, got %d", ErrInvalid, key, math.MaxInt32, max)
 	}
 	if isProcess && max < 1 {
 		return fmt.Errorf("%w: a process limit must be >= 1, got %d (pause the process to stop it)", ErrInvalid, max)

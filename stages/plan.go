@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,7 +126,14 @@ func Parse(r io.Reader, format string) (Plan, error) {
 	var p Plan
 	switch format {
 	case "json":
-		dec := json.NewDecoder(r)
+		src, err := io.ReadAll(r)
+		if err != nil {
+			return Plan{}, fmt.Errorf("%w: read: %v", ErrInvalidPlan, err)
+		}
+		if err := checkUTF8(src); err != nil {
+			return Plan{}, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(src))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&p); err != nil {
 			return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
@@ -134,13 +142,23 @@ func Parse(r io.Reader, format string) (Plan, error) {
 			return Plan{}, fmt.Errorf("%w: trailing data after the plan object", ErrInvalidPlan)
 		}
 	case "yaml":
-		dec := yaml.NewDecoder(r)
+		src, err := io.ReadAll(r)
+		if err != nil {
+			return Plan{}, fmt.Errorf("%w: read: %v", ErrInvalidPlan, err)
+		}
+		if err := checkUTF8(src); err != nil {
+			return Plan{}, err
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(src))
 		dec.KnownFields(true)
 		if err := dec.Decode(&p); err != nil {
 			if errors.Is(err, io.EOF) {
 				return Plan{}, fmt.Errorf("%w: the file is empty", ErrInvalidPlan)
 			}
 			return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		}
+		if err := checkYAMLWholeNumbers(src); err != nil {
+			return Plan{}, err
 		}
 	default:
 		return Plan{}, fmt.Errorf("%w: unknown format %q (yaml or json)", ErrInvalidPlan, format)
@@ -151,10 +169,28 @@ func Parse(r io.Reader, format string) (Plan, error) {
 	return p, nil
 }
 
-// Validate checks a plan and names the first problem by stage and task.
+// Validate checks a plan and names the first problem by stage and task. It is
+// the one place every submission passes (CLI, plan files, the Go API) before any
+// SQL runs, so each dialect refuses the same input with the same message.
 func (p Plan) Validate() error {
 	if err := ValidateName(p.ProcessName()); err != nil {
 		return fmt.Errorf("%w: process: %v", ErrInvalidPlan, err)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"priority", p.Priority}, {"weight", p.Weight}, {"max_parallel", p.MaxParallel},
+		{"defaults.max_attempts", &p.Defaults.MaxAttempts}, {"defaults.priority", &p.Defaults.Priority}} {
+		if f.v != nil {
+			if err := CheckInt32(f.name, *f.v); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+			}
+		}
+	}
+	for _, f := range [][2]string{{"defaults.kind", p.Defaults.Kind}, {"defaults.limit", p.Defaults.Limit}} {
+		if err := CheckText(f[0], f[1]); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		}
 	}
 	if p.Defaults.MaxAttempts < 0 {
 		return fmt.Errorf("%w: defaults.max_attempts must be >= 1, got %d", ErrInvalidPlan, p.Defaults.MaxAttempts)
@@ -179,6 +215,12 @@ func (p Plan) Validate() error {
 		if *s.Order < 0 {
 			return fmt.Errorf("%w: %s: order must be >= 0, got %d", ErrInvalidPlan, where, *s.Order)
 		}
+		if err := CheckInt32("order", *s.Order); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalidPlan, where, err)
+		}
+		if err := CheckText("limit", s.Limit); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalidPlan, where, err)
+		}
 		if seen[*s.Order] {
 			return fmt.Errorf("%w: %s: order %d appears twice; put its tasks in one stage", ErrInvalidPlan, where, *s.Order)
 		}
@@ -201,8 +243,21 @@ func (p Plan) Validate() error {
 }
 
 func (t Task) validate() error {
+	for _, f := range [][2]string{{"body", t.Body}, {"kind", t.Kind}, {"limit", t.Limit}} {
+		if err := CheckText(f[0], f[1]); err != nil {
+			return err
+		}
+	}
 	if strings.TrimSpace(t.Body) == "" {
 		return errors.New("body must not be empty")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max_attempts", t.MaxAttempts}, {"priority", t.Priority}} {
+		if err := CheckInt32(f.name, f.v); err != nil {
+			return err
+		}
 	}
 	if t.MaxAttempts < 0 {
 		return fmt.Errorf("max_attempts must be >= 1, got %d", t.MaxAttempts)
@@ -228,6 +283,9 @@ func (p Plan) Settings() dialect.ProcessSettings {
 
 // ValidateName checks a process name.
 func ValidateName(name string) error {
+	if err := CheckText("name", name); err != nil {
+		return err
+	}
 	if strings.TrimSpace(name) == "" {
 		return errors.New("name must not be empty")
 	}

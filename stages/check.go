@@ -1,0 +1,90 @@
+package stages
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// CheckText refuses text no dialect stores faithfully: a NUL byte (SQLite's
+// C API ends the text there and PostgreSQL rejects it) and invalid UTF-8
+// (PostgreSQL refuses it or, through some drivers, replaces it).
+func CheckText(field, s string) error {
+	if i := bytes.IndexByte([]byte(s), 0); i >= 0 {
+		return fmt.Errorf("%s contains a NUL byte (\\x00) at byte %d", field, i)
+	}
+	if !utf8.ValidString(s) {
+		for i := 0; i < len(s); {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return fmt.Errorf("%s is not valid UTF-8 (byte %d is 0x%02x)", field, i, s[i])
+			}
+			i += n
+		}
+	}
+	return nil
+}
+
+// CheckInt32 refuses a whole number outside the 32-bit range every dialect's
+// int columns hold.
+func CheckInt32(field string, v int) error {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		return fmt.Errorf("%s %d is out of range: it must fit in 32 bits (%d to %d)", field, v, math.MinInt32, math.MaxInt32)
+	}
+	return nil
+}
+
+// wholeNumberKeys are the plan fields that take a whole number.
+var wholeNumberKeys = map[string]bool{
+	"order": true, "max_attempts": true, "priority": true, "weight": true, "max_parallel": true,
+}
+
+// checkYAMLWholeNumbers refuses a fraction where a plan wants a whole number:
+// YAML decoding would silently truncate order: 1.5 to 1 (JSON refuses it).
+func checkYAMLWholeNumbers(src []byte) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(src, &root); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+	}
+	var walk func(n *yaml.Node) error
+	walk = func(n *yaml.Node) error {
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				if wholeNumberKeys[k.Value] && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+					return fmt.Errorf("%w: line %d: %s must be a whole number, got %s", ErrInvalidPlan, v.Line, k.Value, v.Value)
+				}
+			}
+		}
+		for _, c := range n.Content {
+			if err := walk(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(&root)
+}
+
+// checkUTF8 refuses a plan file that is not valid UTF-8: encoding/json would
+// replace the bad bytes with U+FFFD and the task would run other text.
+func checkUTF8(src []byte) error {
+	if utf8.Valid(src) {
+		return nil
+	}
+	line := 1
+	for i := 0; i < len(src); {
+		r, n := utf8.DecodeRune(src[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return fmt.Errorf("%w: line %d: the file is not valid UTF-8 (byte 0x%02x)", ErrInvalidPlan, line, src[i])
+		}
+		if r == '\n' {
+			line++
+		}
+		i += n
+	}
+	return nil
+}
