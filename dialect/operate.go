@@ -153,8 +153,11 @@ func ValidateLimit(key string, max int) error {
 	case len(key) > MaxLimitKey+len(LimitProcessPrefix):
 		return fmt.Errorf("%w: limit key is too long", ErrInvalid)
 	}
-	if max < 0 || max > math.MaxInt32 {
-		return fmt.Errorf("%w: limit %q must be between 0 and %d, got %d", ErrInvalid, key, math.MaxInt32, max)
+	if max < 0 {
+		return fmt.Errorf("%w: limit %q must be >= 0, got %d", ErrInvalid, key, max)
+	}
+	if max > math.MaxInt32 {
+		return fmt.Errorf("%w: limit %q: %d is out of range: it must fit in 32 bits", ErrInvalid, key, max)
 	}
 	if isProcess && max < 1 {
 		return fmt.Errorf("%w: a process limit must be >= 1, got %d (pause the process to stop it)", ErrInvalid, max)
