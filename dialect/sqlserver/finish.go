@@ -111,11 +111,8 @@ COMMIT TRANSACTION;`
 // so that the body can neither commit nor roll back the worker's transaction: a
 // body that tries is rejected and nothing it did is kept. The body runs through
 // sp_executesql, as the seed ran it through EXEC: its local variables and #temp
-// tables live for the body only, and it cannot contain GO.
-//
-// It is not (yet) part of dialect.Dialect: the worker runs a body with
-// tx.ExecContext, which contains a body's ROLLBACK (nothing is kept) but not a
-// COMMIT (the work up to it is committed). See docs/sqlserver.md.
+// tables live for the body only, and it cannot contain GO. It implements
+// dialect.AtomicExecer, which the worker's runner uses for atomic SQL tasks.
 func (d *SQLServer) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) error {
 	if _, err := tx.ExecContext(ctx, atomicBodySQL, nvarchar("pBody", body)); err != nil {
 		return mapErr(err)
