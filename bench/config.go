@@ -13,16 +13,20 @@ type Config struct {
 	PostgresDSN  string
 	SQLServerDSN string
 	NoSQLite     bool
-	// Scenarios limits the run to these names (drain, enqueue, pickup, handoff,
-	// depth, idle, plancache); empty runs all.
+	// Scenarios limits the run to these names (drain, enqueue, river, pickup,
+	// handoff, depth, idle, plancache); empty runs all. river is the peer
+	// scenario, River's own burn-down of N jobs (PostgreSQL only), which the
+	// drain rows are compared with.
 	Scenarios []string
 
 	// N is the task count of the drain and enqueue scenarios.
 	N int
 	// Concurrency is the drain worker's concurrency.
 	Concurrency int
-	// Runs repeats drain and enqueue; the table shows medians.
+	// Runs repeats river, drain and enqueue, interleaved; the table shows medians.
 	Runs int
+	// SpreadProcesses is the number of processes drain/spread splits N over.
+	SpreadProcesses int
 	// PickupSamples is the number of single-task pickups; PickupGap the pause
 	// before each, so the worker is idle when the task arrives.
 	PickupSamples int
@@ -51,6 +55,9 @@ type Config struct {
 	// SourceDir with go build.
 	BinDir    string
 	SourceDir string
+	// RiverBin is a prebuilt River CLI (v0.47.0); empty builds it from the
+	// module in SourceDir/bench/river.
+	RiverBin string
 	// PGLog is PostgreSQL's server log for statement counts; "" finds it.
 	PGLog string
 
@@ -61,23 +68,24 @@ type Config struct {
 // NewConfig returns the full run's defaults (issue 6).
 func NewConfig() Config {
 	return Config{
-		PostgresDSN:   "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
-		N:             200_000,
-		Concurrency:   64,
-		Runs:          1,
-		PickupSamples: 1000,
-		PickupGap:     20 * time.Millisecond,
-		HandoffPlans:  250,
-		HandoffWidth:  2,
-		DepthSmall:    10_000,
-		DepthLarge:    1_000_000,
-		DepthOps:      2000,
-		IdleSettle:    10 * time.Second,
-		IdleWindow:    20 * time.Second,
-		Timeout:       5 * time.Minute,
-		CeilingScript: "../shared/bench/pg-ceiling.sh",
-		CeilingArgs:   []string{"10", "8", "15"},
-		SourceDir:     ".",
+		PostgresDSN:     "postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+		N:               200_000,
+		Concurrency:     64,
+		Runs:            1,
+		SpreadProcesses: 100,
+		PickupSamples:   1000,
+		PickupGap:       20 * time.Millisecond,
+		HandoffPlans:    250,
+		HandoffWidth:    2,
+		DepthSmall:      10_000,
+		DepthLarge:      1_000_000,
+		DepthOps:        2000,
+		IdleSettle:      10 * time.Second,
+		IdleWindow:      20 * time.Second,
+		Timeout:         5 * time.Minute,
+		CeilingScript:   "../shared/bench/pg-ceiling.sh",
+		CeilingArgs:     []string{"10", "8", "15"},
+		SourceDir:       ".",
 	}
 }
 
@@ -99,10 +107,10 @@ func (c *Config) Quick() {
 
 // Validate names the first field out of range.
 func (c Config) Validate() error {
-	known := map[string]bool{"drain": true, "enqueue": true, "pickup": true, "handoff": true, "depth": true, "idle": true, "plancache": true}
+	known := map[string]bool{"drain": true, "enqueue": true, "river": true, "pickup": true, "handoff": true, "depth": true, "idle": true, "plancache": true}
 	for _, s := range c.Scenarios {
 		if !known[s] {
-			return fmt.Errorf("bench: unknown scenario %q (drain, enqueue, pickup, handoff, depth, idle, plancache)", s)
+			return fmt.Errorf("bench: unknown scenario %q (drain, enqueue, river, pickup, handoff, depth, idle, plancache)", s)
 		}
 	}
 	switch {
@@ -112,6 +120,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: concurrency must be between 1 and 10000, got %d", c.Concurrency)
 	case c.Runs < 1:
 		return fmt.Errorf("bench: runs must be >= 1, got %d", c.Runs)
+	case c.SpreadProcesses < 1:
+		return fmt.Errorf("bench: spread processes must be >= 1, got %d", c.SpreadProcesses)
 	case c.PickupSamples < 1:
 		return fmt.Errorf("bench: pickup samples must be >= 1, got %d", c.PickupSamples)
 	case c.HandoffPlans < 1 || c.HandoffWidth < 1:

@@ -33,6 +33,15 @@ type Result struct {
 	// pgbench ceiling measured in the same run.
 	CeilingTasksPerSec float64 `json:"ceiling_tasks_per_s,omitempty"`
 	VsCeiling          float64 `json:"vs_ceiling,omitempty"`
+	// RiverTasksPerSec and VsRiver compare a drain with River's burn-down of
+	// the same number of jobs (the river row, median) in the same run.
+	RiverTasksPerSec float64 `json:"river_tasks_per_s,omitempty"`
+	VsRiver          float64 `json:"vs_river,omitempty"`
+	// XactPerTask is the committed transactions of the scenario's database per
+	// task (pg_stat_database); PGCPUPerTaskUs the CPU time of its PostgreSQL
+	// backends per task in microseconds (/proc). Medians of Runs.
+	XactPerTask    float64 `json:"xact_per_task,omitempty"`
+	PGCPUPerTaskUs float64 `json:"pg_cpu_us_per_task,omitempty"`
 
 	// Summary is the table's result cell; Extra holds the scenario's other figures.
 	Summary string         `json:"summary"`
@@ -75,20 +84,20 @@ func (r Result) writeJSON(w io.Writer) error {
 // writeTable prints the human table of all results.
 func writeTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIALECT\tSCENARIO\tN\tCONC\tRESULT\tVS CEILING\tNOTE")
+	fmt.Fprintln(tw, "DIALECT\tSCENARIO\tN\tCONC\tRESULT\tVS CEILING\tVS RIVER\tXACT/TASK\tPG CPU/TASK\tNOTE")
 	for _, r := range results {
-		n, conc, vs := "-", "-", "-"
+		n, conc, xact, cpu := "-", "-", "-", "-"
 		if r.N > 0 {
 			n = thousands(float64(r.N))
 		}
 		if r.Concurrency > 0 {
 			conc = fmt.Sprint(r.Concurrency)
 		}
-		switch {
-		case r.VsCeiling >= 0.01:
-			vs = fmt.Sprintf("%.2fx", r.VsCeiling)
-		case r.VsCeiling > 0: // keep two significant digits of a tiny ratio
-			vs = fmt.Sprintf("%.2gx", r.VsCeiling)
+		if r.XactPerTask > 0 {
+			xact = fmt.Sprintf("%.3g", r.XactPerTask)
+		}
+		if r.PGCPUPerTaskUs > 0 {
+			cpu = fmt.Sprintf("%.0f µs", r.PGCPUPerTaskUs)
 		}
 		summary := r.Summary
 		if r.Error != "" {
@@ -98,9 +107,22 @@ func writeTable(w io.Writer, results []Result) error {
 		if r.TimedOut {
 			note = strings.TrimPrefix(note+"; TIMED OUT (figures from what finished)", "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Dialect, r.Scenario, n, conc, summary, vs, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			r.Dialect, r.Scenario, n, conc, summary, ratio(r.VsCeiling), ratio(r.VsRiver), xact, cpu, note)
 	}
 	return tw.Flush()
+}
+
+// ratio formats a ratio as 0.42x, keeping two significant digits of a tiny
+// one; "-" for none.
+func ratio(x float64) string {
+	switch {
+	case x >= 0.01:
+		return fmt.Sprintf("%.2fx", x)
+	case x > 0:
+		return fmt.Sprintf("%.2gx", x)
+	}
+	return "-"
 }
 
 // thousands formats a non-negative number rounded to an integer with commas.

@@ -25,6 +25,10 @@ type runner struct {
 	binDir  string
 	binErr  error
 
+	riverOnce sync.Once // River's CLI, built from bench/river
+	riverDir  string
+	riverErr  error
+
 	pgLog    *pgLog // nil when the server log is not readable
 	pgLogWhy string
 	pgss     bool // pg_stat_statements is loaded
@@ -45,6 +49,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 	defer func() {
 		if r.binDir != "" && cfg.BinDir == "" {
 			os.RemoveAll(r.binDir)
+		}
+		if r.riverDir != "" {
+			os.RemoveAll(r.riverDir)
 		}
 	}()
 
@@ -89,9 +96,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 func (r *runner) runDialect(ctx context.Context, t *target) {
 	cfg := r.cfg
 	var ceil float64
+	throughput := cfg.wants("drain") || cfg.wants("enqueue") || cfg.wants("river")
 	if t.name == "postgres" {
 		r.probePostgres(ctx, t)
-		if cfg.wants("drain") || cfg.wants("enqueue") {
+		if throughput {
 			cfg.progress("postgres: ceiling: %s %s", cfg.CeilingScript, strings.Join(cfg.CeilingArgs, " "))
 			var why string
 			ceil, why = ceiling(ctx, cfg.CeilingScript, cfg.CeilingArgs, cfg.PostgresDSN)
@@ -122,7 +130,7 @@ func (r *runner) runDialect(ctx context.Context, t *target) {
 		return false
 	}
 
-	if cfg.wants("drain") || cfg.wants("enqueue") {
+	if throughput {
 		for _, res := range r.throughput(ctx, t) {
 			group, _, _ := strings.Cut(res.Scenario, "/")
 			if cfg.wants(group) {

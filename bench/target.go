@@ -144,14 +144,14 @@ SELECT $1, $2, 'noop', 'noop', $4, now() - interval '1 hour' FROM generate_serie
 	sqliteFill = `WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < ?3)
 INSERT INTO stageq_tasks (process_id, execution_order, kind, body, state, run_at)
 SELECT ?1, ?2, 'noop', 'noop', ?4, strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 hour') FROM g`
-	// pgLogSpan: succeeded attempts of process $1 and the seconds from the
-	// first start to the last end.
+	// pgLogSpan: succeeded attempts of the processes whose names start with
+	// $1 and the seconds from the first start to the last end.
 	pgLogSpan = `SELECT count(*), coalesce(extract(epoch FROM max(ended_at) - min(started_at)), 0)::float8
-FROM stageq.logs WHERE process_name = $1 AND outcome = 'succeeded'`
+FROM stageq.logs WHERE process_name LIKE $1 || '%' AND outcome = 'succeeded'`
 	sqliteLogSpan = `SELECT count(*), coalesce((julianday(max(ended_at)) - julianday(min(started_at))) * 86400.0, 0)
-FROM stageq_logs WHERE process_name = ?1 AND outcome = 'succeeded'`
+FROM stageq_logs WHERE process_name LIKE ?1 || '%' AND outcome = 'succeeded'`
 	sqlserverLogSpan = `SELECT count(*), coalesce(DATEDIFF_BIG(microsecond, min(started_at), max(ended_at)) / 1e6, 0)
-FROM stageq.Logs WHERE process_name = @p1 AND outcome = 'succeeded'`
+FROM stageq.Logs WHERE process_name LIKE @p1 + '%' AND outcome = 'succeeded'`
 )
 
 // fill inserts n tasks in bulk (bench setup only: the depth scenario needs a
@@ -175,14 +175,15 @@ func fill(ctx context.Context, d dialect.Dialect, processID int64, order, n int,
 	return nil
 }
 
-// logSpan counts a process's succeeded attempts and the database-clock time from
-// the first start to the last end.
-func logSpan(ctx context.Context, db *sql.DB, dialectName, process string) (int, time.Duration, error) {
+// logSpan counts the succeeded attempts of the processes whose names start with
+// prefix (the bench's names hold no LIKE wildcard but '_', which matches itself
+// too) and the database-clock time from the first start to the last end.
+func logSpan(ctx context.Context, db *sql.DB, dialectName, prefix string) (int, time.Duration, error) {
 	q := map[string]string{"postgres": pgLogSpan, "sqlite": sqliteLogSpan, "sqlserver": sqlserverLogSpan}[dialectName]
 	var n int
 	var secs float64
-	if err := db.QueryRowContext(ctx, q, process).Scan(&n, &secs); err != nil {
-		return 0, 0, fmt.Errorf("read Logs span of %s: %w", process, err)
+	if err := db.QueryRowContext(ctx, q, prefix).Scan(&n, &secs); err != nil {
+		return 0, 0, fmt.Errorf("read Logs span of %s*: %w", prefix, err)
 	}
 	return n, time.Duration(secs * float64(time.Second)), nil
 }

@@ -8,11 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -33,95 +32,76 @@ func onePlan(process, kind, body string, n int) stages.Plan {
 	return stages.Plan{Process: process, Stages: []stages.Stage{{Order: &order, Tasks: tasks}}}
 }
 
-// drainRun is what one drain measured.
-type drainRun struct {
-	done     int           // tasks that succeeded
-	span     time.Duration // first start to last end, database clock (Logs)
-	wall     time.Duration // worker start to the process's end (or the time bound)
-	timedOut bool
+// acc gathers one row's figures over the runs; the row shows their medians.
+type acc struct {
+	rates []float64 // tasks/s
+	xact  []float64 // transactions per task
+	cpu   []float64 // PostgreSQL CPU µs per task
+	why   []string  // why a cost figure is missing
 }
 
-// perSec is the drain's throughput: from the Logs span when it has one, which
-// leaves out the worker's start-up, else from the wall clock.
-func (d drainRun) perSec() float64 {
-	switch {
-	case d.done > 0 && d.span > 0:
-		return float64(d.done) / d.span.Seconds()
-	case d.wall > 0:
-		return float64(d.done) / d.wall.Seconds()
-	}
-	return 0
-}
-
-// drain runs one in-process worker of the given concurrency until the process
-// has succeeded or the time bound passes, and reads what finished from Logs.
-func drain(ctx context.Context, cfg Config, dsn string, c *queue.Client, process string) (drainRun, error) {
-	wc, err := queue.Open(ctx, dsn, queue.Config{Logger: zerolog.Nop()})
-	if err != nil {
-		return drainRun{}, fmt.Errorf("worker client: %w", err)
-	}
-	defer wc.Close()
-	w, err := queue.NewWorker(wc, queue.WorkerConfig{Concurrency: cfg.Concurrency, ShutdownGrace: 2 * time.Second})
-	if err != nil {
-		return drainRun{}, fmt.Errorf("worker: %w", err)
-	}
-	if err := w.Handle(kindNoop, noopHandler); err != nil {
-		return drainRun{}, fmt.Errorf("worker: %w", err)
-	}
-	bound, cancelBound := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancelBound()
-	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	runErr := make(chan error, 1)
-	start := time.Now()
-	go func() { runErr <- w.Run(wctx) }()
-
-	var out drainRun
-	// The process row says when the last task left; reading it is one seek, so
-	// polling it costs the database next to nothing.
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-wait:
-	for {
-		select {
-		case <-bound.Done():
-			out.timedOut = true
-			break wait
-		case err := <-runErr:
-			stop()
-			return drainRun{}, fmt.Errorf("worker stopped early: %v", err)
-		case <-tick.C:
-			p, err := c.Dialect().ProcessGet(bound, process)
-			if err == nil && p.State == dialect.ProcessSucceeded {
-				break wait
-			}
-		}
-	}
-	out.wall = time.Since(start)
-	stop()
-	if err := <-runErr; err != nil {
-		return out, fmt.Errorf("worker: %w", err)
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	out.done, out.span, err = logSpan(rctx, c.Dialect().DB(), c.Dialect().Name(), process)
-	return out, err
-}
-
-// throughput runs the enqueue and drain scenarios Runs times and returns four
-// rows: enqueue/batch, enqueue/file, drain/noop, drain/sql.
+// throughput runs the enqueue, drain and peer scenarios Runs times, each run
+// in the order river, drain/noop (after enqueue/batch), drain/sql (after
+// enqueue/file), drain/spread, so that River and stageq alternate, and returns
+// a row per scenario with the medians.
 func (r *runner) throughput(ctx context.Context, t *target) []Result {
 	cfg := r.cfg
+	peer := t.name == "postgres" && cfg.wants("river")
+	ours := cfg.wants("drain") || cfg.wants("enqueue")
+	spread := cfg.wants("drain")
+	order := []string{"enqueue/batch", "enqueue/file"}
+	if peer {
+		order = append(order, "river")
+	}
+	order = append(order, "drain/noop", "drain/sql")
+	if spread {
+		order = append(order, "drain/spread")
+	}
 	rows := map[string]*Result{}
-	order := []string{"enqueue/batch", "enqueue/file", "drain/noop", "drain/sql"}
+	accs := map[string]*acc{}
 	for _, s := range order {
 		rows[s] = &Result{Dialect: t.name, Scenario: s, N: cfg.N, Runs: cfg.Runs}
+		accs[s] = &acc{}
 	}
-	rows["drain/noop"].Concurrency = cfg.Concurrency
-	rows["drain/sql"].Concurrency = cfg.Concurrency
-	rates := map[string][]float64{}
+	for _, s := range []string{"drain/noop", "drain/sql", "drain/spread"} {
+		if rows[s] != nil {
+			rows[s].Concurrency = cfg.Concurrency
+		}
+	}
+	if peer {
+		rows["river"].Concurrency = riverWorkers
+	}
 	fail := func(s string, err error) { rows[s].Error = err.Error() }
 
-	for run := 1; run <= cfg.Runs; run++ {
+	for run := 1; run <= cfg.Runs && ctx.Err() == nil; run++ {
+		if peer {
+			r.cfg.progress("%s: river run %d: river bench --num-total-jobs %d", t.name, run, cfg.N)
+			rr, err := r.river(ctx, t)
+			row := rows["river"]
+			row.TimedOut = row.TimedOut || rr.timedOut
+			if err != nil {
+				fail("river", err)
+			} else {
+				a := accs["river"]
+				a.rates = append(a.rates, rr.sum.perSec)
+				rr.cost.perTask(int(rr.sum.worked), a)
+				a.why = append(a.why, rr.cost.missing...)
+				row.set("worked", rr.sum.worked)
+				row.set("running_s", rr.sum.running.Seconds())
+				if rr.cost.xactOK {
+					row.set("xacts", rr.cost.xacts)
+				}
+				if rr.cost.cpuOK {
+					row.set("pg_cpu_s", rr.cost.cpu.Seconds())
+				}
+				if rr.sum.worked < int64(cfg.N) {
+					row.note("%d of %d jobs worked", rr.sum.worked, cfg.N)
+				}
+			}
+		}
+		if !ours {
+			continue
+		}
 		// No-op tasks: the batch API, then a drain, in a database of their own so
 		// that what a timed-out phase leaves behind cannot leak into the next.
 		func() {
@@ -148,14 +128,14 @@ func (r *runner) throughput(ctx context.Context, t *target) []Result {
 				fail("drain/noop", errors.New("nothing enqueued"))
 				return
 			}
-			rates["enqueue/batch"] = append(rates["enqueue/batch"], float64(cfg.N)/el.Seconds())
+			accs["enqueue/batch"].rates = append(accs["enqueue/batch"].rates, float64(cfg.N)/el.Seconds())
 			r.cfg.progress("%s: drain/noop run %d: %d tasks, concurrency %d", t.name, run, cfg.N, cfg.Concurrency)
-			d, err := drain(ctx, cfg, dsn, c, process)
+			d, err := r.drain(ctx, t, dsn, c, process, []string{process})
 			if err != nil {
 				fail("drain/noop", err)
 				return
 			}
-			r.recordDrain(rows["drain/noop"], d, rates)
+			recordDrain(rows["drain/noop"], accs["drain/noop"], d)
 		}()
 		// SELECT 1 tasks: a plan file through the enqueue binary, then a drain.
 		func() {
@@ -177,45 +157,137 @@ func (r *runner) throughput(ctx context.Context, t *target) []Result {
 				fail("drain/sql", errors.New("nothing enqueued"))
 				return
 			}
-			rates["enqueue/file"] = append(rates["enqueue/file"], float64(cfg.N)/el.Seconds())
+			accs["enqueue/file"].rates = append(accs["enqueue/file"].rates, float64(cfg.N)/el.Seconds())
 			r.cfg.progress("%s: drain/sql run %d: %d tasks, concurrency %d", t.name, run, cfg.N, cfg.Concurrency)
-			d, err := drain(ctx, cfg, dsn, c, process)
+			d, err := r.drain(ctx, t, dsn, c, process, []string{process})
 			if err != nil {
 				fail("drain/sql", err)
 				return
 			}
-			r.recordDrain(rows["drain/sql"], d, rates)
+			recordDrain(rows["drain/sql"], accs["drain/sql"], d)
 		}()
+		if spread {
+			if err := r.spreadDrain(ctx, t, run, rows["drain/spread"], accs["drain/spread"]); err != nil {
+				fail("drain/spread", err)
+			}
+		}
 	}
 
+	return summarize(cfg, order, rows, accs, peer)
+}
+
+// summarize turns the runs' figures into the rows, in order: medians of the
+// runs, and each drain's ratio to River's median when the peer ran.
+func summarize(cfg Config, order []string, rows map[string]*Result, accs map[string]*acc, peer bool) []Result {
 	var out []Result
 	for _, s := range order {
-		row := rows[s]
-		if xs := rates[s]; len(xs) > 0 {
-			row.TasksPerSec = median(xs)
+		row, a := rows[s], accs[s]
+		if len(a.rates) > 0 {
+			row.TasksPerSec = median(a.rates)
 			row.Summary = thousands(row.TasksPerSec) + " tasks/s"
-			if len(xs) > 1 {
-				row.Summary += fmt.Sprintf(" (median of %d)", len(xs))
+			if len(a.rates) > 1 {
+				row.Summary += fmt.Sprintf(" (median of %d)", len(a.rates))
 			}
 			row.Error = ""
 		}
-		if s == "enqueue/file" {
+		row.XactPerTask = median(a.xact)
+		row.PGCPUPerTaskUs = median(a.cpu)
+		if len(a.rates) > 0 && (len(a.xact) == 0 || len(a.cpu) == 0) {
+			for _, why := range slices.Compact(slices.Sorted(slices.Values(a.why))) {
+				row.note("%s", why)
+			}
+		}
+		switch s {
+		case "enqueue/file":
 			row.note("includes the enqueue process's start, schema check and plan parse")
+		case "river":
+			row.note("River v0.47.0 `river bench` (its %d workers, its own clock from client start to last job); its transactions include its inserts", riverWorkers)
+		case "drain/spread":
+			row.note("%d processes of ~%d tasks each, fair share", min(cfg.SpreadProcesses, cfg.N), cfg.N/min(cfg.SpreadProcesses, cfg.N))
 		}
 		out = append(out, *row)
+	}
+	// Every drain is compared with River's burn-down of the same number of jobs.
+	if peer {
+		river := rows["river"].TasksPerSec
+		for i := range out {
+			if strings.HasPrefix(out[i].Scenario, "drain/") && river > 0 && out[i].TasksPerSec > 0 {
+				out[i].RiverTasksPerSec = river
+				out[i].VsRiver = out[i].TasksPerSec / river
+			}
+		}
+	}
+	return out
+}
+
+// spreadDrain enqueues N no-op tasks split evenly over SpreadProcesses
+// processes and drains them with one worker: the fair-share decision at work.
+func (r *runner) spreadDrain(ctx context.Context, t *target, run int, row *Result, a *acc) error {
+	cfg := r.cfg
+	dsn, c, drop, err := t.migrated(ctx, "drain_spread")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	prefix := fmt.Sprintf("drain-spread-%d-", run)
+	names := spreadNames(prefix, cfg.SpreadProcesses, cfg.N)
+	r.cfg.progress("%s: drain/spread run %d: %d tasks over %d processes, concurrency %d", t.name, run, cfg.N, len(names), cfg.Concurrency)
+	sctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	for i, n := range spreadSizes(len(names), cfg.N) {
+		if _, err := c.Submit(sctx, onePlan(names[i], kindNoop, "noop", n)); err != nil {
+			return fmt.Errorf("submit %s: %w", names[i], err)
+		}
+	}
+	d, err := r.drain(ctx, t, dsn, c, prefix, names)
+	if err != nil {
+		return err
+	}
+	recordDrain(row, a, d)
+	return nil
+}
+
+// spreadSizes splits n tasks over k processes (k <= n), the first n%k
+// processes taking one more.
+func spreadSizes(k, n int) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n / k
+		if i < n%k {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// spreadNames names min(k, n) processes, zero-padded so that they sort.
+func spreadNames(prefix string, k, n int) []string {
+	k = min(k, n)
+	width := len(fmt.Sprint(k - 1))
+	out := make([]string, k)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%0*d", prefix, width, i)
 	}
 	return out
 }
 
 // recordDrain adds one drain's figures to its row.
-func (r *runner) recordDrain(row *Result, d drainRun, rates map[string][]float64) {
-	rates[row.Scenario] = append(rates[row.Scenario], d.perSec())
+func recordDrain(row *Result, a *acc, d drainRun) {
+	a.rates = append(a.rates, d.perSec())
+	d.cost.perTask(d.done, a)
+	a.why = append(a.why, d.cost.missing...)
 	row.TimedOut = row.TimedOut || d.timedOut
 	row.set("done", d.done)
 	row.set("logs_span_s", d.span.Seconds())
 	row.set("wall_s", d.wall.Seconds())
 	if d.done > 0 && d.wall > 0 {
 		row.set("wall_tasks_per_s", float64(d.done)/d.wall.Seconds())
+	}
+	if d.cost.xactOK {
+		row.set("xacts", d.cost.xacts)
+	}
+	if d.cost.cpuOK {
+		row.set("pg_cpu_s", d.cost.cpu.Seconds())
 	}
 	if d.timedOut {
 		row.note("%d of %d done in %s", d.done, row.N, d.wall.Round(time.Second))

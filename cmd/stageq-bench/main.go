@@ -4,6 +4,7 @@
 //
 //	go run ./cmd/stageq-bench            # the full run (200,000 tasks)
 //	go run ./cmd/stageq-bench -quick     # the CI smoke test
+//	go run ./cmd/stageq-bench -scenarios river,drain -runs 3   # stageq against River, interleaved
 package main
 
 import (
@@ -55,10 +56,12 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.PostgresDSN, "pg", cfg.PostgresDSN, "PostgreSQL server DSN (env STAGEQ_POSTGRES_DSN); the run creates and drops its own databases; '' skips PostgreSQL")
 	fs.StringVar(&cfg.SQLServerDSN, "sqlserver", cfg.SQLServerDSN, "SQL Server DSN (env STAGEQ_SQLSERVER_DSN); '' skips SQL Server")
 	fs.BoolVar(&cfg.NoSQLite, "no-sqlite", cfg.NoSQLite, "skip SQLite")
-	scenarios := fs.String("scenarios", "", "comma-separated subset: drain,enqueue,pickup,handoff,depth,idle,plancache (default all)")
+	scenarios := fs.String("scenarios", "", "comma-separated subset: drain,enqueue,river,pickup,handoff,depth,idle,plancache (default all; river is River's own burn-down, the peer the drains are compared with)")
 	fs.IntVar(&cfg.N, "n", cfg.N, "tasks enqueued and drained by the drain and enqueue scenarios")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "the drain worker's concurrency")
-	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "repeats of drain and enqueue (the table shows medians)")
+	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "repeats of river, drain and enqueue, interleaved (the table shows medians)")
+	fs.IntVar(&cfg.Runs, "repeat", cfg.Runs, "same as -runs")
+	fs.IntVar(&cfg.SpreadProcesses, "spread-processes", cfg.SpreadProcesses, "processes drain/spread splits the N tasks over")
 	fs.IntVar(&cfg.PickupSamples, "pickup-samples", cfg.PickupSamples, "single-task pickups measured")
 	fs.DurationVar(&cfg.PickupGap, "pickup-gap", cfg.PickupGap, "idle pause before each pickup")
 	fs.IntVar(&cfg.HandoffPlans, "handoff-plans", cfg.HandoffPlans, "three-stage plans of the handoff scenario (two handoffs each)")
@@ -72,7 +75,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.CeilingScript, "ceiling", cfg.CeilingScript, "path of pg-ceiling.sh (env STAGEQ_PG_CEILING); '' skips the ceiling")
 	ceilArgs := fs.String("ceiling-args", strings.Join(cfg.CeilingArgs, " "), "pg-ceiling.sh arguments: batch clients seconds")
 	fs.StringVar(&cfg.BinDir, "bin", cfg.BinDir, "directory with prebuilt enqueue and worker binaries (default: go build them)")
-	fs.StringVar(&cfg.SourceDir, "src", cfg.SourceDir, "module root to build the binaries from")
+	fs.StringVar(&cfg.SourceDir, "src", cfg.SourceDir, "module root to build the binaries from (River's CLI from its bench/river)")
+	fs.StringVar(&cfg.RiverBin, "river", cfg.RiverBin, "prebuilt River CLI v0.47.0 (default: go build it from bench/river)")
 	fs.StringVar(&cfg.PGLog, "pg-log", cfg.PGLog, "PostgreSQL server log for statement counts (default: found from the server)")
 	if err := fs.Parse(args); err != nil {
 		return err
