@@ -55,4 +55,6 @@ var statements = []statement{
 	{name: "limit upsert", sql: limitUpsertSQL},
 	{name: "limit list", sql: limitListSQL},
 	{name: "limit delete", sql: limitDeleteSQL},
+	{name: "task wait", sql: taskWaitSQL},
+	{name: "state count", sql: stateCountSQL},
 }

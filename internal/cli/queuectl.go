@@ -26,8 +26,9 @@ func NewQueuectlCommand() *cobra.Command {
 	root.AddCommand(newMigrateCommand(&dsn), newLogsCommand(&dsn), newTasksCommand(&dsn))
 	root.AddCommand(newStatusCommand(&dsn), newRetryCommand(&dsn), newDiscardCommand(&dsn), newCancelCommand(&dsn),
 		newPauseCommand(&dsn, true), newPauseCommand(&dsn, false), newLimitCommand(&dsn)) // operate.go, status.go, limit.go
-	root.AddCommand(newScheduleCommand(&dsn)) // schedule.go
-	root.AddCommand(newLeaseCommand(&dsn))    // lease.go
+	root.AddCommand(newScheduleCommand(&dsn))                   // schedule.go
+	root.AddCommand(newLeaseCommand(&dsn))                      // lease.go
+	root.AddCommand(newServeCommand(&dsn), newWhyCommand(&dsn)) // serve.go (package dashboard), why.go
 	requireSubcommands(root)
 	return root
 }

@@ -1,0 +1,113 @@
+package dashboard
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Access is who may use the dashboard. With neither a token nor a user, anyone
+// who reaches the address may (serve refuses that on a non-loopback address).
+// The secrets come from the environment (see internal/cli/serve.go) and are
+// never logged or shown.
+type Access struct {
+	// Token is accepted as a bearer token or as the password of HTTP basic
+	// authentication with any user name (so a browser can sign in).
+	Token string
+	// User and Password are HTTP basic-authentication credentials.
+	User, Password string
+}
+
+// Required reports whether requests must carry credentials.
+func (a Access) Required() bool { return a.Token != "" || a.User != "" }
+
+// allows checks a request's credentials in constant time.
+func (a Access) allows(r *http.Request) bool {
+	if !a.Required() {
+		return true
+	}
+	if a.Token != "" {
+		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(b, a.Token) {
+			return true
+		}
+	}
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	if a.Token != "" && equal(pass, a.Token) {
+		return true
+	}
+	return a.User != "" && equal(user, a.User) && equal(pass, a.Password)
+}
+
+func equal(a, b string) bool {
+	// Hash first so the comparison takes the same time whatever the lengths.
+	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(x[:], y[:]) == 1
+}
+
+// IsLoopback reports whether a listen address only accepts local connections:
+// a loopback IP or localhost. An empty host (every interface) is not.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+const sessionCookie = "stageq_session"
+
+// session returns the browser's session id, setting a new one when it has none.
+// The CSRF token of every form is an HMAC of it under the server's key: a page
+// of another site can neither read it nor compute it.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(sessionCookie); err == nil && len(c.Value) == 64 {
+		return c.Value
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return id
+}
+
+func (s *Server) csrfToken(session string) string {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(session))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkCSRF admits a POST only with the session cookie, the token of that
+// session, and (when the browser says) a same-origin request.
+func (s *Server) checkCSRF(r *http.Request) bool {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || len(c.Value) != 64 {
+		return false
+	}
+	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrfToken(c.Value))) {
+		return false
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}

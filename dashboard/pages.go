@@ -1,0 +1,317 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// Page sizes: every list the dashboard reads is bounded.
+const (
+	taskPageMax     = 500
+	explainInline   = 25 // tasks on a list whose reasons are shown inline
+	logPageSize     = 100
+	timelineAttempt = 2000
+)
+
+func (s *Server) processes(r *http.Request) (string, any, error) {
+	all := r.URL.Query().Get("all") != ""
+	ps, err := s.op.ProcessList(r.Context(), dialect.ProcessFilter{All: all})
+	if err != nil {
+		return "", nil, err
+	}
+	return "Processes", map[string]any{"Processes": ps, "All": all}, nil
+}
+
+// timelineWindows are the spans of Logs a process page can draw.
+var timelineWindows = []struct{ Key, Label string }{{"1h", "last hour"}, {"24h", "last day"}, {"168h", "last week"}, {"all", "everything"}}
+
+func (s *Server) process(r *http.Request) (string, any, error) {
+	ctx := r.Context()
+	name := r.PathValue("name")
+	ps, err := s.op.ProcessList(ctx, dialect.ProcessFilter{Name: name, All: true})
+	if err != nil {
+		return "", nil, err
+	}
+	window := r.URL.Query().Get("window")
+	f := dialect.LogFilter{Process: name, Limit: timelineAttempt}
+	switch window {
+	case "all":
+	case "1h", "168h":
+		d, _ := time.ParseDuration(window)
+		f.Since = time.Now().Add(-d)
+	default:
+		window = "24h"
+		f.Since = time.Now().Add(-24 * time.Hour)
+	}
+	entries, err := s.d.LogList(ctx, f)
+	if err != nil {
+		return "", nil, err
+	}
+	now, err := s.d.ClockNow(ctx, s.d.DB())
+	if err != nil {
+		return "", nil, err
+	}
+	tasks, err := s.d.TaskList(ctx, dialect.TaskFilter{Process: name, Limit: taskPageMax})
+	if err != nil {
+		return "", nil, err
+	}
+	rows, err := s.explainTasks(ctx, tasks)
+	if err != nil {
+		return "", nil, err
+	}
+	tl := BuildTimeline(entries, now)
+	return "Process " + name, map[string]any{"P": ps[0], "Timeline": tl, "Tasks": rows, "Window": window,
+		"Windows": timelineWindows, "LogsCapped": len(entries) == timelineAttempt}, nil
+}
+
+// taskRow is a task with the reasons it waits (for the first explainInline).
+type taskRow struct {
+	dialect.TaskInfo
+	Reasons []Reason
+}
+
+func (s *Server) explainTasks(ctx context.Context, tasks []dialect.TaskInfo) ([]taskRow, error) {
+	out := make([]taskRow, len(tasks))
+	explained := 0
+	for i, t := range tasks {
+		out[i].TaskInfo = t
+		if t.State == dialect.StateRunning || explained >= explainInline {
+			continue
+		}
+		w, err := s.in.TaskWait(ctx, t.ID, s.cfg.DeadAfter)
+		if err != nil {
+			continue // it left the queue meanwhile
+		}
+		out[i].Reasons = Explain(w)
+		explained++
+	}
+	return out, nil
+}
+
+// taskStates are the states offered by the filter; the list shows any state.
+var taskStates = []string{dialect.StateBlocked, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
+
+func (s *Server) tasks(r *http.Request) (string, any, error) {
+	q := r.URL.Query()
+	f := dialect.TaskFilter{Process: q.Get("process"), State: q.Get("state"), Limit: taskPageMax}
+	tasks, err := s.d.TaskList(r.Context(), f)
+	if err != nil {
+		return "", nil, err
+	}
+	rows, err := s.explainTasks(r.Context(), tasks)
+	if err != nil {
+		return "", nil, err
+	}
+	return "Tasks", map[string]any{"Tasks": rows, "Filter": f, "States": taskStates, "Capped": len(tasks) == taskPageMax,
+		"Inline": explainInline}, nil
+}
+
+func (s *Server) task(r *http.Request) (string, any, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return "", nil, fmt.Errorf("%w: task id %q", errBadInput, r.PathValue("id"))
+	}
+	data := map[string]any{"ID": id}
+	w, err := s.in.TaskWait(r.Context(), id, s.cfg.DeadAfter)
+	switch {
+	case err == nil:
+		data["Wait"], data["Reasons"] = w, Explain(w)
+	case !isNotFound(err):
+		return "", nil, err
+	}
+	logs, err := s.d.LogList(r.Context(), dialect.LogFilter{TaskID: id, Limit: 200})
+	if err != nil {
+		return "", nil, err
+	}
+	if err != nil && len(logs) == 0 {
+		return "", nil, fmt.Errorf("task %d: %w", id, dialect.ErrNotFound)
+	}
+	data["Logs"] = logs
+	return fmt.Sprintf("Task %d", id), data, nil
+}
+
+func (s *Server) whyJSON(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		http.Error(w, "bad task id", http.StatusBadRequest)
+		return
+	}
+	tw, err := s.in.TaskWait(r.Context(), id, s.cfg.DeadAfter)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if isNotFound(err) {
+			status = http.StatusNotFound
+		}
+		http.Error(w, err.Error(), status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"task": tw.Task, "reasons": Explain(tw)})
+}
+
+// logCursor pages Logs (oldest first) without an offset: the start time of the
+// last row shown and the ids shown at exactly that time.
+type logCursor struct {
+	At  time.Time
+	IDs []int64
+}
+
+func (c logCursor) String() string {
+	ids := make([]string, len(c.IDs))
+	for i, id := range c.IDs {
+		ids[i] = strconv.FormatInt(id, 10)
+	}
+	return c.At.UTC().Format(time.RFC3339Nano) + "~" + strings.Join(ids, ".")
+}
+
+func parseCursor(s string) (logCursor, bool) {
+	at, ids, ok := strings.Cut(s, "~")
+	if !ok {
+		return logCursor{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return logCursor{}, false
+	}
+	c := logCursor{At: t}
+	for _, p := range strings.Split(ids, ".") {
+		if p == "" {
+			continue
+		}
+		id, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || len(c.IDs) >= logPageSize {
+			return logCursor{}, false
+		}
+		c.IDs = append(c.IDs, id)
+	}
+	return c, true
+}
+
+var outcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
+	dialect.OutcomeAbandoned, dialect.OutcomeReleased}
+
+func (s *Server) logs(r *http.Request) (string, any, error) {
+	q := r.URL.Query()
+	f := dialect.LogFilter{Process: q.Get("process"), WorkerID: q.Get("worker"), Outcome: dialect.Outcome(q.Get("outcome"))}
+	if v := q.Get("task"); v != "" {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id <= 0 {
+			return "", nil, fmt.Errorf("%w: task %q must be a positive whole number", errBadInput, v)
+		}
+		f.TaskID = id
+	}
+	since := q.Get("since")
+	if since == "" {
+		since = "24h"
+	}
+	if since != "all" {
+		d, err := time.ParseDuration(since)
+		if err != nil || d <= 0 {
+			return "", nil, fmt.Errorf("%w: since %q: use a duration like 1h or all", errBadInput, since)
+		}
+		f.Since = time.Now().Add(-d)
+	}
+	var skip map[int64]bool
+	if v := q.Get("after"); v != "" {
+		c, ok := parseCursor(v)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: bad page cursor", errBadInput)
+		}
+		if c.At.After(f.Since) {
+			f.Since = c.At
+		}
+		skip = map[int64]bool{}
+		for _, id := range c.IDs {
+			skip[id] = true
+		}
+	}
+	f.Limit = logPageSize + len(skip) + 1
+	got, err := s.d.LogList(r.Context(), f)
+	if err != nil {
+		return "", nil, err
+	}
+	entries := got[:0]
+	for _, e := range got {
+		if !skip[e.ID] {
+			entries = append(entries, e)
+		}
+	}
+	next := ""
+	if len(entries) > logPageSize {
+		entries = entries[:logPageSize]
+		last := entries[len(entries)-1].StartedAt
+		c := logCursor{At: last}
+		for _, e := range entries {
+			if e.StartedAt.Equal(last) {
+				c.IDs = append(c.IDs, e.ID)
+			}
+		}
+		next = c.String()
+	}
+	return "Logs", map[string]any{"Logs": entries, "Q": q, "Since": since, "Next": next, "Outcomes": outcomes,
+		"Paged": q.Get("after") != ""}, nil
+}
+
+type workerRow struct {
+	dialect.WorkerStatus
+	State string
+	Age   time.Duration
+}
+
+func (s *Server) workers(r *http.Request) (string, any, error) {
+	ws, err := s.op.WorkerList(r.Context())
+	if err != nil {
+		return "", nil, err
+	}
+	rows := make([]workerRow, len(ws))
+	alive := 0
+	for i, w := range ws {
+		rows[i] = workerRow{WorkerStatus: w, State: workerState(w, s.cfg.DeadAfter), Age: w.Now.Sub(w.HeartbeatAt)}
+		if rows[i].State == "alive" {
+			alive++
+		}
+	}
+	return "Workers", map[string]any{"Workers": rows, "Alive": alive, "DeadAfter": s.cfg.DeadAfter}, nil
+}
+
+// workerState is alive, dead (no heartbeat within deadAfter) or stopped.
+func workerState(w dialect.WorkerStatus, deadAfter time.Duration) string {
+	switch {
+	case w.StoppedAt != nil:
+		return "stopped"
+	case w.Now.Sub(w.HeartbeatAt) > deadAfter:
+		return "dead"
+	}
+	return "alive"
+}
+
+func (s *Server) limits(r *http.Request) (string, any, error) {
+	ls, err := s.op.LimitList(r.Context())
+	if err != nil {
+		return "", nil, err
+	}
+	return "Limits", map[string]any{"Limits": ls}, nil
+}
+
+func (s *Server) schedules(r *http.Request) (string, any, error) {
+	ss, err := s.d.ScheduleList(r.Context(), dialect.ScheduleFilter{})
+	if err != nil {
+		return "", nil, err
+	}
+	return "Schedules", map[string]any{"Schedules": ss}, nil
+}
+
+func (s *Server) leases(r *http.Request) (string, any, error) {
+	ls, err := s.d.LeaseList(r.Context(), dialect.LeaseFilter{})
+	if err != nil {
+		return "", nil, err
+	}
+	return "Exclusive leases", map[string]any{"Leases": ls}, nil
+}

@@ -1,0 +1,34 @@
+// Live updates: every data-refresh milliseconds the page fetches itself with
+// the X-Stageq-Partial header and swaps in the new content block, so counts,
+// bars and the timeline move without a reload. It skips a turn while the
+// user types in a form field or the tab is hidden, and never runs on the
+// confirmation page (its refresh is 0).
+(function () {
+  var body = document.body;
+  var every = parseInt(body.getAttribute('data-refresh') || '0', 10);
+  var main = document.getElementById('content');
+  var live = document.getElementById('live');
+  if (!every || !main) return;
+  var busy = false;
+  function editing() {
+    var a = document.activeElement;
+    return a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+  }
+  function tick() {
+    if (busy || document.hidden || editing()) return;
+    busy = true;
+    fetch(location.href, { headers: { 'X-Stageq-Partial': '1' }, credentials: 'same-origin', cache: 'no-store' })
+      .then(function (r) {
+        if (!r.ok) throw new Error(r.status);
+        return r.text();
+      })
+      .then(function (html) {
+        main.innerHTML = html;
+        body.setAttribute('data-updates', String(parseInt(body.getAttribute('data-updates'), 10) + 1));
+        if (live) live.classList.remove('off');
+      })
+      .catch(function () { if (live) live.classList.add('off'); })
+      .then(function () { busy = false; });
+  }
+  setInterval(tick, every);
+})();

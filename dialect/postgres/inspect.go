@@ -1,0 +1,80 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+var _ dialect.Inspector = (*Postgres)(nil)
+
+// taskRefCols are the columns dialect.ScanTaskRefs reads; the last is the count
+// of all rows matched, before LIMIT.
+const taskRefCols = `t.id, p.name, t.execution_order, t.state, coalesce(t.worker_id, ''), t.run_at, t.attempt, count(*) OVER ()`
+
+// waitStatements explain a waiting task (dialect.WaitStatements says what goes
+// in and out). Each is a seek on an index of the schema: the task's primary key,
+// tasks_stage, and the partial indexes of running tasks. They only read.
+var waitStatements = dialect.WaitStatements{
+	Task: `
+SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
+       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), coalesce(t.limit_key, ''),
+       p.state, p.paused, p.max_parallel, p.current_order, now()
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.id = $1`,
+	Lower: `
+SELECT ` + taskRefCols + `
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.process_id = $1 AND t.execution_order < $2
+ ORDER BY t.execution_order, CASE t.state WHEN 'failed' THEN 0 WHEN 'running' THEN 1 ELSE 2 END, t.id
+ LIMIT $3`,
+	RunningProcess: `
+SELECT ` + taskRefCols + `
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.process_id = $1 AND t.state = 'running'
+ ORDER BY t.id LIMIT $2`,
+	RunningKey: `
+SELECT ` + taskRefCols + `
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.limit_key = $1 AND t.state = 'running'
+ ORDER BY t.id LIMIT $2`,
+	RunningKind: `
+SELECT ` + taskRefCols + `
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.kind = $1 AND t.state = 'running'
+ ORDER BY t.id LIMIT $2`,
+	Limits: `SELECT key, max_running FROM stageq.limits WHERE key IN ($1, $2) ORDER BY key`,
+	Workers: `
+SELECT count(*), coalesce(sum(concurrency), 0),
+       (SELECT count(*) FROM stageq.tasks WHERE state = 'running')
+  FROM stageq.workers
+ WHERE stopped_at IS NULL AND heartbeat_at >= now() - $1::bigint * interval '1 millisecond'`,
+	// The last day of Logs only (a range on logs_started), so the read stays
+	// bounded however long the trail is.
+	KindWorkers: `
+SELECT DISTINCT l.worker_id
+  FROM stageq.logs l JOIN stageq.workers w ON w.id = l.worker_id
+ WHERE l.started_at >= now() - interval '1 day' AND l.kind = $1
+   AND w.stopped_at IS NULL AND w.heartbeat_at >= now() - $2::bigint * interval '1 millisecond'
+ ORDER BY l.worker_id LIMIT $3`,
+}
+
+// stateCountSQL counts tasks by process, stage and state, largest first (a
+// scan of the queue, which holds unfinished tasks only). In: max rows.
+const stateCountSQL = `
+SELECT p.name, t.execution_order, t.state, count(*) AS n
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ GROUP BY p.name, t.execution_order, t.state
+ ORDER BY n DESC, p.name, t.execution_order, t.state
+ LIMIT $1`
+
+// TaskWait implements dialect.Inspector.
+func (p *Postgres) TaskWait(ctx context.Context, id int64, live time.Duration) (dialect.TaskWait, error) {
+	return dialect.CollectTaskWait(ctx, p.db, waitStatements, id, live, mapErr)
+}
+
+// TaskStateCounts implements dialect.Inspector.
+func (p *Postgres) TaskStateCounts(ctx context.Context, maxRows int) ([]dialect.StateCount, error) {
+	return dialect.CollectStateCounts(ctx, p.db, stateCountSQL, maxRows, mapErr)
+}

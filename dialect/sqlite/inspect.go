@@ -1,0 +1,82 @@
+package sqlite
+
+import (
+	"context"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+var _ dialect.Inspector = (*SQLite)(nil)
+
+// taskRefCols are the columns dialect.ScanTaskRefs reads; the last is the count
+// of all rows matched, before LIMIT.
+const taskRefCols = `t.id, p.name, t.execution_order, t.state, coalesce(t.worker_id, ''), t.run_at, t.attempt, count(*) OVER ()`
+
+// waitStatements explain a waiting task (dialect.WaitStatements says what goes
+// in and out). Each is a seek on an index of the schema: the task's primary key,
+// stageq_tasks_stage, and the partial indexes of running tasks.
+var waitStatements = dialect.WaitStatements{
+	Task: `
+SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
+       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), coalesce(t.limit_key, ''),
+       p.state, p.paused, p.max_parallel, p.current_order, ` + nowSQL + `
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.id = ?1`,
+	Lower: `
+SELECT ` + taskRefCols + `
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.process_id = ?1 AND t.execution_order < ?2
+ ORDER BY t.execution_order, CASE t.state WHEN 'failed' THEN 0 WHEN 'running' THEN 1 ELSE 2 END, t.id
+ LIMIT ?3`,
+	RunningProcess: `
+SELECT ` + taskRefCols + `
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.process_id = ?1 AND t.state = 'running'
+ ORDER BY t.id LIMIT ?2`,
+	RunningKey: `
+SELECT ` + taskRefCols + `
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.limit_key = ?1 AND t.state = 'running'
+ ORDER BY t.id LIMIT ?2`,
+	RunningKind: `
+SELECT ` + taskRefCols + `
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.kind = ?1 AND t.state = 'running'
+ ORDER BY t.id LIMIT ?2`,
+	Limits: `SELECT key, max_running FROM stageq_limits WHERE key IN (?1, ?2) ORDER BY key`,
+	Workers: `
+SELECT count(*), coalesce(sum(concurrency), 0),
+       (SELECT count(*) FROM stageq_tasks WHERE state = 'running')
+  FROM stageq_workers
+ WHERE stopped_at IS NULL
+   AND heartbeat_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (?1 / 1000.0) || ' seconds')`,
+	// The last day of Logs only (a range on stageq_logs_started), so the read
+	// stays bounded however long the trail is.
+	KindWorkers: `
+SELECT DISTINCT l.worker_id
+  FROM stageq_logs l JOIN stageq_workers w ON w.id = l.worker_id
+ WHERE l.started_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 day') AND l.kind = ?1
+   AND w.stopped_at IS NULL
+   AND w.heartbeat_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (?2 / 1000.0) || ' seconds')
+ ORDER BY l.worker_id LIMIT ?3`,
+}
+
+// stateCountSQL counts tasks by process, stage and state, largest first (a
+// scan of the queue, which holds unfinished tasks only). In: max rows.
+const stateCountSQL = `
+SELECT p.name, t.execution_order, t.state, count(*) AS n
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ GROUP BY p.name, t.execution_order, t.state
+ ORDER BY n DESC, p.name, t.execution_order, t.state
+ LIMIT ?1`
+
+// TaskWait implements dialect.Inspector.
+func (s *SQLite) TaskWait(ctx context.Context, id int64, live time.Duration) (dialect.TaskWait, error) {
+	return dialect.CollectTaskWait(ctx, s.pool(), waitStatements, id, live, mapErr)
+}
+
+// TaskStateCounts implements dialect.Inspector.
+func (s *SQLite) TaskStateCounts(ctx context.Context, maxRows int) ([]dialect.StateCount, error) {
+	return dialect.CollectStateCounts(ctx, s.pool(), stateCountSQL, maxRows, mapErr)
+}

@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/dashboard"
+	"github.com/stageq/stageq/dialect"
+)
+
+// newWhyCommand builds `queuectl why TASK`: the dashboard's explanation of a
+// waiting task, from a shell.
+func newWhyCommand(dsn *string) *cobra.Command {
+	var (
+		asJSON    bool
+		deadAfter time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "why TASK_ID",
+		Short: "Explain why a task is not running: a lower stage, a full limit, max_parallel, pause, run_at, no live worker",
+		Long: `Reads what can hold a task back and prints every reason that applies now:
+unfinished tasks of a lower stage (and which), a full limit and the tasks holding
+its slots, the process's max_parallel, a paused process, a run_at in the future,
+no live worker. Exit code 3 when the task is no longer in the queue.`,
+		Example: `  queuectl why 42
+  queuectl why 42 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return usageErrorf("task id %q: must be a positive whole number", args[0])
+			}
+			if deadAfter <= 0 {
+				return usageErrorf("--dead-after must be positive")
+			}
+			c, _, err := openOperator(cmd.Context(), *dsn)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			in, err := dialect.AsInspector(c.Dialect())
+			if err != nil {
+				return err
+			}
+			w, err := in.TaskWait(cmd.Context(), id, deadAfter)
+			if err != nil {
+				return opError(err)
+			}
+			reasons := dashboard.Explain(w)
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"task": w.Task, "reasons": reasons})
+			}
+			out := cmd.OutOrStdout()
+			t := w.Task
+			fmt.Fprintf(out, "task %d (process %s, order %d, kind %s) is %s, attempt %d of %d\n", t.ID, t.Process, t.Order, t.Kind, t.State, t.Attempt, t.MaxAttempts)
+			for _, r := range reasons {
+				fmt.Fprintf(out, "- %s\n", r.Text)
+				for _, ref := range r.Tasks {
+					worker := ""
+					if ref.WorkerID != "" {
+						worker = " on " + ref.WorkerID
+					}
+					fmt.Fprintf(out, "    task %d (process %s, order %d): %s%s\n", ref.ID, ref.Process, ref.Order, ref.State, worker)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().DurationVar(&deadAfter, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is dead")
+	return cmd
+}
