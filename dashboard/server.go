@@ -155,6 +155,7 @@ var funcs = template.FuncMap{
 	"f1":    func(f float64) string { return fmt.Sprintf("%.1f", f) },
 	"add":   func(a, b int) int { return a + b },
 	"sub":   func(a, b float64) float64 { return a - b },
+	"add2":  func(a float64, b int) float64 { return a + float64(b) },
 	"ptr":   func(t time.Time) *time.Time { return &t },
 	"since": func(now, t time.Time) time.Duration { return t.Sub(now) },
 	// act is the data of an action button (the "act" template).

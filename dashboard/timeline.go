@@ -18,6 +18,7 @@ const (
 	tlHeader  = 22   // height of a stage's header row
 	tlAxis    = 28   // top axis
 	tlMaxRows = 400  // attempts drawn at most
+	tlNotes   = 150  // right margin for the notes after the last bars
 )
 
 // Timeline is the drawable model of a process's attempts.
@@ -110,7 +111,7 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 	if span <= 0 {
 		span = time.Millisecond
 	}
-	plot := float64(tlWidth - tlLabel - 10)
+	plot := float64(tlWidth - tlLabel - tlNotes)
 	x := func(t time.Time) float64 { return float64(tlLabel) + plot*float64(t.Sub(tl.Start))/float64(span) }
 	tl.Ticks = ticks(tl.Start, span, x)
 
@@ -137,7 +138,7 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 				Retry: seen[e.TaskID], Abandon: e.Outcome == dialect.OutcomeAbandoned, Running: e.EndedAt == nil}
 			r.EndX = x(end(e))
 			r.W = max(r.EndX-r.X, 2)
-			r.TextX = min(r.X+r.W+4, float64(tlWidth-60))
+			r.TextX = r.X + r.W + 4
 			r.Duration = fmtDur(end(e).Sub(e.StartedAt))
 			r.Label = fmt.Sprintf("task %d · attempt %d · %s", e.TaskID, e.Attempt, clip(e.WorkerID, 18))
 			switch {

@@ -10,6 +10,7 @@
   var live = document.getElementById('live');
   if (!every || !main) return;
   var busy = false;
+  var last = main.innerHTML;
   function editing() {
     var a = document.activeElement;
     return a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
@@ -23,6 +24,10 @@
         return r.text();
       })
       .then(function (html) {
+        if (live) live.classList.remove('off');
+        // Unchanged content is left alone: no flicker, hover and selection stay.
+        if (html === last) return;
+        last = html;
         main.innerHTML = html;
         body.setAttribute('data-updates', String(parseInt(body.getAttribute('data-updates'), 10) + 1));
         if (live) live.classList.remove('off');

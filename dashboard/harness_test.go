@@ -1,0 +1,157 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" for the admin connection
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/cli"
+	"github.com/stageq/stageq/queue"
+)
+
+// eachDatabase runs fn on a fresh, migrated SQLite file and PostgreSQL
+// database, one after the other (a browser per run is heavy enough).
+func eachDatabase(t *testing.T, fn func(t *testing.T, dsn string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		fn(t, migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		fn(t, migrated(t, newPostgresDB(t)))
+	})
+}
+
+func newPostgresDB(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("STAGEQ_POSTGRES_DSN")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	name := fmt.Sprintf("stageq_dash_%d_%08x", os.Getpid(), rand.Uint32())
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("PostgreSQL needed at %s (set STAGEQ_POSTGRES_DSN): %v", dialect.Redact(base), err)
+	}
+	t.Cleanup(func() {
+		if a, err := sql.Open("pgx", base); err == nil {
+			a.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+			a.Close()
+		}
+	})
+	u, _ := url.Parse(base)
+	u.Path = "/" + name
+	return u.String()
+}
+
+func migrated(t *testing.T, dsn string) string {
+	t.Helper()
+	c, err := queue.Open(context.Background(), dsn, queue.Config{Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	return dsn
+}
+
+func openClient(t *testing.T, dsn string) *queue.Client {
+	t.Helper()
+	c, err := queue.Open(context.Background(), dsn, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// serve runs `queuectl serve` in-process on a free loopback port, exactly as
+// the command line does, and returns its base URL and exit code channel.
+func serve(t *testing.T, dsn string, args ...string) (string, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	argv := append([]string{"--dsn", dsn, "serve", "--log-format", "json"}, args...)
+	go func() {
+		code := cli.Execute(ctx, cli.NewQueuectlCommand(), argv, pw, io.Discard)
+		pw.Close()
+		done <- code
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	stopped := false
+	var code int
+	stop := func() int {
+		if !stopped {
+			stopped = true
+			cancel()
+			code = <-done
+		}
+		return code
+	}
+	t.Cleanup(func() { stop() })
+	select {
+	case l := <-lines:
+		base, ok := strings.CutPrefix(l, "dashboard listening on ")
+		if !ok {
+			t.Fatalf("serve printed %q", l)
+		}
+		return strings.TrimSuffix(base, "/"), stop
+	case code := <-done:
+		t.Fatalf("serve exited with %d before listening", code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start within 30s")
+	}
+	return "", stop
+}
+
+// waitFor polls cond every 50ms until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// serveExit runs `queuectl serve` expecting it to refuse to start, and returns
+// its exit code.
+func serveExit(t *testing.T, dsn string, args ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out strings.Builder
+	return cli.Execute(ctx, cli.NewQueuectlCommand(), append([]string{"--dsn", dsn, "serve"}, args...), &out, io.Discard)
+}
