@@ -100,6 +100,23 @@ func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Actio
 	return zero
 }
 
+// click clicks the element sel selects, trying again when a live update
+// replaced it between the lookup and the click.
+func click(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	var err error
+	for range 5 {
+		c, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = chromedp.Do(c, chromedp.WaitVisible(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("click %s: %v", sel, err)
+}
+
 // count is how many elements match a CSS selector.
 func count(t *testing.T, ctx context.Context, sel string) int {
 	t.Helper()
@@ -137,8 +154,8 @@ func mustContain(t *testing.T, page, got string, wants ...string) {
 // confirms; the browser comes back to the page with the outcome.
 func confirmAction(t *testing.T, ctx context.Context, button, question string) string {
 	t.Helper()
-	run(t, ctx, "click "+button, chromedp.WaitVisible(chromedp.CSS(button)), chromedp.Click(chromedp.CSS(button)),
-		chromedp.WaitVisible(chromedp.CSS("#confirm-yes")))
+	click(t, ctx, button)
+	run(t, ctx, "wait for the confirmation", chromedp.WaitVisible(chromedp.CSS("#confirm-yes")))
 	mustContain(t, "the confirmation page", text(t, ctx, "#confirm"), question)
 	run(t, ctx, "confirm", chromedp.Click(chromedp.CSS("#confirm-yes")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	return text(t, ctx, "#flash")
@@ -384,8 +401,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		})
 		// Cancelling the confirmation changes nothing.
 		run(t, b, "open processes", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-process="late-arrival"]`)))
-		run(t, b, "ask to cancel", chromedp.Click(chromedp.CSS(`button[data-action="process-cancel"][data-target="late-arrival"]`)),
-			chromedp.WaitVisible(chromedp.CSS("#confirm-no")), chromedp.Click(chromedp.CSS("#confirm-no")),
+		click(t, b, `button[data-action="process-cancel"][data-target="late-arrival"]`)
+		run(t, b, "decline", chromedp.WaitVisible(chromedp.CSS("#confirm-no")), chromedp.Click(chromedp.CSS("#confirm-no")),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-process="late-arrival"]`)))
 		if ts, err := d.TaskList(ctx, dialect.TaskFilter{Process: "late-arrival"}); err != nil || len(ts) != 1 {
 			t.Errorf("late-arrival after a declined cancel: %v %v", ts, err)
