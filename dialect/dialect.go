@@ -225,22 +225,22 @@ type LogFilter struct {
 
 // LogEntry is one attempt of one task.
 type LogEntry struct {
-	ID        int64
-	TaskID    int64
-	ProcessID int64
-	Process   string
-	Order     int
-	Kind      string
-	Body      string
-	WorkerID  string
-	Attempt   int
-	StartedAt time.Time
-	EndedAt   *time.Time
-	Outcome   Outcome
-	Error     string
-	RetryAt   *time.Time
+	ID        int64      `json:"id"`
+	TaskID    int64      `json:"task_id"`
+	ProcessID int64      `json:"process_id"`
+	Process   string     `json:"process"`
+	Order     int        `json:"order"`
+	Kind      string     `json:"kind"`
+	Body      string     `json:"body"`
+	WorkerID  string     `json:"worker_id"`
+	Attempt   int        `json:"attempt"`
+	StartedAt time.Time  `json:"started_at,omitzero"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	Outcome   Outcome    `json:"outcome"`
+	Error     string     `json:"error,omitempty"`
+	RetryAt   *time.Time `json:"retry_at,omitempty"`
 	// Schedule names the schedule whose tick enqueued the task ("" when enqueued by hand).
-	Schedule string
+	Schedule string `json:"schedule,omitempty"`
 }
 
 // TaskFilter selects tasks; zero fields do not filter.
@@ -252,18 +252,18 @@ type TaskFilter struct {
 
 // TaskInfo is a task still in the queue.
 type TaskInfo struct {
-	ID          int64
-	Process     string
-	Order       int
-	Kind        string
-	Body        string
-	State       string
-	Attempt     int
-	MaxAttempts int
-	Priority    int
-	RunAt       time.Time
-	WorkerID    string
-	LastError   string
+	ID          int64     `json:"id"`
+	Process     string    `json:"process"`
+	Order       int       `json:"order"`
+	Kind        string    `json:"kind"`
+	Body        string    `json:"body"`
+	State       string    `json:"state"`
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"max_attempts"`
+	Priority    int       `json:"priority"`
+	RunAt       time.Time `json:"run_at,omitzero"`
+	WorkerID    string    `json:"worker_id,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
 }
 
 // ProcessInfo is a row of Processes.

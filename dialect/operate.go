@@ -204,12 +204,12 @@ type WorkerStatus struct {
 	PID         int        `json:"pid"`
 	Concurrency int        `json:"concurrency"`
 	Version     string     `json:"version"`
-	StartedAt   time.Time  `json:"started_at"`
-	HeartbeatAt time.Time  `json:"heartbeat_at"`
+	StartedAt   time.Time  `json:"started_at,omitzero"`
+	HeartbeatAt time.Time  `json:"heartbeat_at,omitzero"`
 	StoppedAt   *time.Time `json:"stopped_at,omitempty"`
 	Running     int        `json:"running"` // tasks it holds now
 	// Now is the database's clock when read, to judge HeartbeatAt by.
-	Now time.Time `json:"now"`
+	Now time.Time `json:"now,omitzero"`
 }
 
 // LimitInfo is a limit and the slots in use.

@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -116,17 +117,28 @@ type ScheduleInfo struct {
 	ID           int64         `json:"id"`
 	Name         string        `json:"name"`
 	Cron         string        `json:"cron,omitempty"`
-	Interval     time.Duration `json:"interval,omitempty"`
+	Interval     time.Duration `json:"-"` // as interval_seconds (MarshalJSON)
 	Plan         string        `json:"plan"`
 	Missed       string        `json:"missed"`
-	Grace        time.Duration `json:"grace"`
+	Grace        time.Duration `json:"-"` // as grace_seconds
 	Singleton    bool          `json:"singleton"`
 	Paused       bool          `json:"paused"`
-	NextRun      time.Time     `json:"next_run"`
+	NextRun      time.Time     `json:"next_run,omitzero"`
 	LastRun      *time.Time    `json:"last_run,omitempty"`
 	LastOutcome  string        `json:"last_outcome,omitempty"`
 	LastWorkerID string        `json:"last_worker_id,omitempty"`
 	LastFiredAt  *time.Time    `json:"last_fired_at,omitempty"`
+}
+
+// MarshalJSON writes the durations in seconds, like every stageq JSON output.
+func (s ScheduleInfo) MarshalJSON() ([]byte, error) {
+	type plain ScheduleInfo // without this method
+	out := struct {
+		plain
+		IntervalSeconds float64 `json:"interval_seconds,omitempty"`
+		GraceSeconds    float64 `json:"grace_seconds"`
+	}{plain(s), s.Interval.Seconds(), s.Grace.Seconds()}
+	return json.Marshal(out)
 }
 
 // ScheduleFilter selects schedules; zero fields do not filter.
@@ -170,7 +182,7 @@ type ScheduleRun struct {
 	ProcessID    int64     `json:"process_id,omitempty"`
 	TaskCount    int       `json:"task_count"`
 	WorkerID     string    `json:"worker_id"`
-	FiredAt      time.Time `json:"fired_at"`
+	FiredAt      time.Time `json:"fired_at,omitzero"`
 }
 
 // LeaseAcquireParams asks for an exclusive lease.
@@ -206,8 +218,8 @@ type LeaseInfo struct {
 	Name       string    `json:"name"`
 	Holder     string    `json:"holder,omitempty"` // "" when released
 	Token      int64     `json:"token"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
+	AcquiredAt time.Time `json:"acquired_at,omitzero"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
 	Now        time.Time `json:"now"` // the database's clock when read
 }
 

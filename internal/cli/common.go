@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -151,12 +150,6 @@ func (l *logFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 		return zerolog.Nop(), usageErrorf("--log-format %q: use json, console or auto", l.format)
 	}
 	return zerolog.New(out).Level(level).With().Timestamp().Logger(), nil
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // requireSubcommands makes every command group under root (migrate, limit,

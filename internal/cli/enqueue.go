@@ -92,7 +92,7 @@ transaction. Prints what it created; --json for scripts.`,
 			if err != nil {
 				return err
 			}
-			if err := printResult(cmd.OutOrStdout(), res, asJSON); err != nil {
+			if err := printResult(cmd.OutOrStdout(), res, asJSON, wait); err != nil {
 				return err
 			}
 			if !wait {
@@ -135,8 +135,13 @@ func readPlan(name string, stdin io.Reader) (stages.Plan, error) {
 	return stages.ParseFile(name, f)
 }
 
-func printResult(w io.Writer, res queue.Result, asJSON bool) error {
-	if asJSON {
+// printResult says what was enqueued; with --wait --json the whole output is a
+// stream of one JSON object per line (NDJSON), this one first.
+func printResult(w io.Writer, res queue.Result, asJSON, stream bool) error {
+	switch {
+	case asJSON && stream:
+		return writeJSONLine(w, res)
+	case asJSON:
 		return writeJSON(w, res)
 	}
 	ids := make([]string, len(res.TaskIDs))

@@ -150,8 +150,8 @@ The same holder acquiring again while its lease is live gets the same token.`,
 				case !l.Held():
 					state = "expired"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s (%s)\t%s\n", l.Name, dash(l.Holder), l.Token,
-					l.AcquiredAt.Local().Format("2006-01-02 15:04:05.000"), l.ExpiresAt.Local().Format("15:04:05.000"),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s (%s)\t%s\n", cell(l.Name, 40), cell(dash(l.Holder), 40), l.Token,
+					l.AcquiredAt.Local().Format("2006-01-02 15:04:05.000"), tableTime(l.ExpiresAt),
 					l.ExpiresAt.Sub(l.Now).Round(time.Millisecond), state)
 			}
 			return tw.Flush()

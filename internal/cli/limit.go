@@ -124,7 +124,7 @@ func printLimits(w io.Writer, ls []dialect.LimitInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tMAX\tRUNNING")
 	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", l.Key, l.Max, l.Running)
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", cell(l.Key, 60), l.Max, l.Running)
 	}
 	return tw.Flush()
 }

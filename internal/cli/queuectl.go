@@ -116,6 +116,9 @@ func newLogsCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if f.Limit > 0 && len(entries) == f.Limit && !cmd.Flags().Changed("limit") {
+				fmt.Fprintf(cmd.ErrOrStderr(), "showing the first %d rows: narrow with --since, --process, --task or --outcome, or --limit 0 for all\n", f.Limit)
+			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), entries)
 			}
@@ -128,10 +131,14 @@ func newLogsCommand(dsn *string) *cobra.Command {
 	fl.StringVar(&f.WorkerID, "worker", "", "only this worker id")
 	fl.StringVar(&out, "outcome", "", "only this outcome: running, succeeded, failed, abandoned, released")
 	fl.DurationVar(&since, "since", 0, "only attempts started within this long (e.g. 1h)")
-	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
+	fl.IntVar(&f.Limit, "limit", defaultLogRows, "at most this many rows (0: all)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
+
+// defaultLogRows caps `logs` unless --limit says otherwise: the trail grows by a
+// row per attempt, and a terminal full of them helps nobody.
+const defaultLogRows = 200
 
 func printLogs(cmd *cobra.Command, entries []dialect.LogEntry) error {
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
@@ -139,15 +146,15 @@ func printLogs(cmd *cobra.Command, entries []dialect.LogEntry) error {
 	for _, e := range entries {
 		ended := "-"
 		if e.EndedAt != nil {
-			ended = e.EndedAt.Local().Format("15:04:05.000")
+			ended = tableTime(*e.EndedAt)
 		}
 		schedule := e.Schedule
 		if schedule == "" {
 			schedule = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.TaskID, e.Process, e.Order,
-			e.WorkerID, e.Attempt, e.StartedAt.Local().Format("15:04:05.000"), ended, e.Outcome, schedule,
-			clip(e.Body, 40), clip(e.Error, 60))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.TaskID, cell(e.Process, 40), e.Order,
+			cell(e.WorkerID, 60), e.Attempt, tableTime(e.StartedAt), ended, e.Outcome, cell(schedule, 40),
+			cell(e.Body, 40), cell(e.Error, 60))
 	}
 	return tw.Flush()
 }
@@ -180,8 +187,8 @@ func newTasksCommand(dsn *string) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "TASK\tPROCESS\tORDER\tSTATE\tATTEMPT\tRUN AT\tWORKER\tBODY\tLAST ERROR")
 			for _, t := range tasks {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, t.Process, t.Order, t.State,
-					t.Attempt, t.MaxAttempts, t.RunAt.Local().Format(time.DateTime), t.WorkerID, clip(t.Body, 40), clip(t.LastError, 60))
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, cell(t.Process, 40), t.Order, t.State,
+					t.Attempt, t.MaxAttempts, tableTime(t.RunAt), cell(t.WorkerID, 60), cell(t.Body, 40), cell(t.LastError, 60))
 			}
 			return tw.Flush()
 		},
@@ -207,12 +214,4 @@ func joinOutcomes(os []dialect.Outcome) string {
 		s[i] = string(o)
 	}
 	return strings.Join(s, ", ")
-}
-
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }

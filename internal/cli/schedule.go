@@ -271,7 +271,7 @@ func newScheduleListCommand(dsn *string) *cobra.Command {
 				if s.LastRun != nil {
 					last = s.LastRun.Local().Format("2006-01-02 15:04:05.000")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%t\n", s.Name, when(s),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%t\n", cell(s.Name, 40), cell(when(s), 40),
 					s.NextRun.Local().Format("2006-01-02 15:04:05.000"), last, dash(s.LastOutcome), s.Missed, s.Singleton, s.Paused)
 			}
 			return tw.Flush()
@@ -307,7 +307,7 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 			fmt.Fprintln(tw, "SCHEDULED FOR\tOUTCOME\tTASKS\tPROCESS\tWORKER\tFIRED AT")
 			for _, r := range runs {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
-					r.Outcome, r.TaskCount, r.ProcessID, r.WorkerID, r.FiredAt.Local().Format("15:04:05.000"))
+					r.Outcome, r.TaskCount, r.ProcessID, r.WorkerID, tableTime(r.FiredAt))
 			}
 			return tw.Flush()
 		},
@@ -381,13 +381,13 @@ func printSchedulerStatus(ctx context.Context, d dialect.Scheduler, w io.Writer)
 			if s.LastRun != nil {
 				last = s.LastRun.Local().Format("2006-01-02 15:04:05")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, when(s), next, last, dash(s.LastOutcome))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(s.Name, 40), cell(when(s), 40), next, last, dash(s.LastOutcome))
 		}
 	}
 	if len(leases) > 0 {
 		fmt.Fprintln(tw, "LEASE\tHOLDER\tTOKEN\tEXPIRES IN\t")
 		for _, l := range leases {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", l.Name, l.Holder, l.Token, l.ExpiresAt.Sub(l.Now).Round(time.Millisecond))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", cell(l.Name, 40), cell(l.Holder, 40), l.Token, l.ExpiresAt.Sub(l.Now).Round(time.Millisecond))
 		}
 	}
 	return tw.Flush()

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -173,11 +172,11 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 			state += " (paused)"
 		}
 		if len(p.Stages) == 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t-\t0\t0\t0\t0\n", p.Name, state, p.Priority, p.Weight, maxPar)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t-\t0\t0\t0\t0\n", cell(p.Name, 40), state, p.Priority, p.Weight, maxPar)
 		}
 		for i, s := range p.Stages {
 			if i == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s", p.Name, state, p.Priority, p.Weight, maxPar)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s", cell(p.Name, 40), state, p.Priority, p.Weight, maxPar)
 			} else {
 				fmt.Fprint(tw, "\t\t\t\t")
 			}
@@ -189,7 +188,7 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tSTATE\tHOST\tPID\tRUNNING\tCONCURRENCY\tLAST HEARTBEAT")
 	for _, wk := range rep.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s ago\n", wk.ID, wk.State, wk.Hostname, wk.PID, wk.Running,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s ago\n", cell(wk.ID, 60), wk.State, cell(wk.Hostname, 40), wk.PID, wk.Running,
 			wk.Concurrency, wk.Now.Sub(wk.HeartbeatAt).Round(time.Second))
 	}
 	tw.Flush()
@@ -269,7 +268,9 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 			line := summary(p)
 			if line != last {
 				if asJSON {
-					writeJSONLine(w, p)
+					if err := writeJSONLine(w, p); err != nil {
+						return err
+					}
 				} else {
 					fmt.Fprintln(w, time.Now().Format(time.TimeOnly), line)
 				}
@@ -314,12 +315,4 @@ func summary(p dialect.ProcessStatus) string {
 			s.Order, s.Done, s.Total(), s.Running, s.Pending, s.Failed))
 	}
 	return fmt.Sprintf("process %s %s; %s", p.Name, p.State, strings.Join(parts, "; "))
-}
-
-func writeJSONLine(w io.Writer, v any) {
-	// Compact, one object per line, for tools that read a stream.
-	b, err := json.Marshal(v)
-	if err == nil {
-		fmt.Fprintf(w, "%s\n", b)
-	}
 }

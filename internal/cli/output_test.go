@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+)
+
+// TestReadableOutput: multi-line names and bodies keep a table row on one line,
+// times carry their date, logs are capped by default, and every --json output
+// follows one style (issue 10, item 17).
+func TestReadableOutput(t *testing.T) {
+	qcDatabases(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		// The JSON of an empty queue: lists are [], never null.
+		for _, args := range [][]string{{"tasks", "--json"}, {"logs", "--json"}, {"limit", "list", "--json"},
+			{"schedule", "list", "--json"}, {"lease", "list", "--json"}} {
+			if out := strings.TrimSpace(qcExpect(t, dsn, 0, "", args...)); out != "[]" {
+				t.Errorf("%v on an empty queue: %q, want []", args, out)
+			}
+		}
+
+		dir := t.TempDir()
+		var plan strings.Builder
+		plan.WriteString("process: \"two\\nlines\"\nstages:\n  - order: 1\n    tasks:\n")
+		for i := range 205 {
+			fmt.Fprintf(&plan, "      - body: \"SELECT %d;\\nSELECT 'tab\\there';\"\n", i)
+		}
+		planFile := filepath.Join(dir, "plan.yaml")
+		if err := os.WriteFile(planFile, []byte(plan.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		qcExpect(t, dsn, 0, "", "enqueue", "--file", planFile)
+		d, err := dialect.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for done := 0; done < 205; {
+			got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w\n1", Max: 50, Token: 9, Lease: time.Minute})
+			if err != nil || len(got) == 0 {
+				t.Fatalf("claim: %d, %v", len(got), err)
+			}
+			for _, task := range got {
+				if err := d.TaskFinish(ctx, d.DB(), dialect.FinishParams{TaskID: task.ID, Token: 9, Outcome: dialect.OutcomeSucceeded}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done += len(got)
+		}
+		qcExpect(t, dsn, 0, "", "enqueue", "--process", "two\nlines", "--order", "2", "SELECT 1;\nSELECT 2")
+		qcExpect(t, dsn, 0, "", "schedule", "add", "nightly", "--every", "1h", "SELECT 1")
+
+		today := time.Now().Format("2006-01-02")
+		code, out, stderr := qc(t, dsn, "logs")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if code != 0 || len(lines) != 1+defaultLogRows || !strings.Contains(stderr, "--limit 0") {
+			t.Errorf("logs: exit %d, %d lines (want header + %d), stderr %q", code, len(lines), defaultLogRows, stderr)
+		}
+		for _, l := range lines[1:] {
+			if !strings.Contains(l, `two\nlines`) || !strings.Contains(l, `;\nSELECT 'tab\there'`) || !strings.Contains(l, today) {
+				t.Errorf("logs row not on one line with its date: %q", l)
+				break
+			}
+		}
+		if n := strings.Count(qcExpect(t, dsn, 0, "", "logs", "--limit", "0"), "\n"); n != 1+205 {
+			t.Errorf("logs --limit 0: %d lines, want %d", n, 1+205)
+		}
+		for _, args := range [][]string{{"tasks"}, {"status"}} {
+			out := qcExpect(t, dsn, 0, "", args...)
+			if !strings.Contains(out, `two\nlines`) || strings.Contains(out, "two\nlines") {
+				t.Errorf("%v: the multi-line name is not escaped:\n%s", args, out)
+			}
+		}
+		if out := qcExpect(t, dsn, 0, "", "tasks"); !strings.Contains(out, `SELECT 1;\nSELECT 2`) || !strings.Contains(out, today) {
+			t.Errorf("tasks: body not escaped or time without its date:\n%s", out)
+		}
+
+		// One JSON style.
+		for _, args := range [][]string{{"tasks", "--json"}, {"logs", "--json", "--limit", "3"}, {"status", "--json", "--all"},
+			{"limit", "list", "--json"}, {"schedule", "list", "--json"}, {"schedule", "runs", "nightly", "--json"},
+			{"enqueue", "--json", "--order", "3", "SELECT 3"}} {
+			out := qcExpect(t, dsn, 0, "", args...)
+			var v any
+			if err := json.Unmarshal([]byte(out), &v); err != nil {
+				t.Fatalf("%v: not JSON: %v\n%s", args, err, out)
+			}
+			checkJSONStyle(t, fmt.Sprint(args), v)
+		}
+
+		// --wait --json is NDJSON: one object per line, nothing else.
+		c, err := queue.Open(ctx, dsn, queue.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wctx, cancel := context.WithCancel(ctx)
+		w, err := queue.NewWorker(c, queue.WorkerConfig{PollMax: 50 * time.Millisecond, NoScheduler: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { w.Run(wctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		out = qcExpect(t, dsn, 0, "", "enqueue", "--process", "nd", "--wait", "--json", "SELECT 1")
+		sc := bufio.NewScanner(strings.NewReader(out))
+		n := 0
+		for sc.Scan() {
+			var obj map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
+				t.Fatalf("--wait --json line %d is not one JSON object: %q (%v)", n+1, sc.Text(), err)
+			}
+			checkJSONStyle(t, "--wait --json", obj)
+			n++
+		}
+		if n < 2 {
+			t.Errorf("--wait --json: %d lines, want the result and at least one progress line:\n%s", n, out)
+		}
+	})
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// listKeys are keys whose value is a list in stageq's JSON.
+var listKeys = map[string]bool{"stages": true, "task_ids": true, "processes": true, "workers": true,
+	"limits": true, "schedules": true, "leases": true}
+
+func checkJSONStyle(t *testing.T, what string, v any) {
+	t.Helper()
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if !snakeCase.MatchString(k) {
+				t.Errorf("%s: key %q is not snake_case", what, k)
+			}
+			if val == nil && listKeys[k] {
+				t.Errorf("%s: %q is null, want []", what, k)
+			}
+			if s, ok := val.(string); ok && strings.HasPrefix(s, "0001-01-01") {
+				t.Errorf("%s: %q is a zero timestamp", what, k)
+			}
+			if k == "interval" || k == "grace" || k == "lease" {
+				t.Errorf("%s: duration %q has no unit in its name (want *_seconds)", what, k)
+			}
+			checkJSONStyle(t, what, val)
+		}
+	case []any:
+		for _, e := range x {
+			checkJSONStyle(t, what, e)
+		}
+	}
+}
