@@ -57,6 +57,7 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 // finish records an attempt's end: through the batching finisher when there is
 // one, otherwise directly.
 func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
+	defer w.cfg.Metrics.timeFinish()()
 	if w.finishes == nil {
 		return w.d.TaskFinish(ctx, w.d.DB(), fp)
 	}

@@ -32,6 +32,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
+			w.cfg.Metrics.leasesLost(w.runningCount())
 			if w.healthy.Swap(false) {
 				w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
 			}
@@ -82,6 +83,7 @@ func (w *Worker) beat(ctx context.Context) bool {
 	defer w.mu.Unlock()
 	for _, l := range running {
 		if cancel, still := w.running[l]; still && !holds[l] {
+			w.cfg.Metrics.leasesLost(1)
 			cancel(errLeaseLost)
 		}
 	}
@@ -108,6 +110,7 @@ func (w *Worker) rescueLoop(ctx context.Context) {
 				w.log.Warn().Err(err).Msg("rescue failed")
 			}
 		} else if n > 0 {
+			w.cfg.Metrics.rescuedTasks(n)
 			w.log.Info().Int("tasks", n).Msg("rescued tasks whose lease expired")
 			signal(w.wake)
 		}

@@ -22,6 +22,7 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 
 	finished, runErr := w.execute(ctx, t)
 	if finished {
+		w.cfg.Metrics.ended(t, dialect.OutcomeSucceeded, time.Since(began))
 		log.Info().Dur("took", time.Since(began)).Msg("task succeeded")
 		return
 	}
@@ -30,6 +31,7 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errLeaseLost):
+		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		log.Warn().Msg("lease lost while running; another worker owns the task now, result dropped")
 		return
 	case runErr != nil && errors.Is(cause, errShutdown):
@@ -46,6 +48,7 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 	}
 
 	if err := w.finishRetrying(ctx, fp); err != nil {
+		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		if errors.Is(err, dialect.ErrLeaseLost) {
 			log.Warn().Msg("lease lost before the result was recorded; another worker owns the task now")
 			return
@@ -55,6 +58,7 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
 		log.Error().Err(err).Msg("could not record the task's end; it will run again once its lease expires")
 		return
 	}
+	w.cfg.Metrics.ended(t, fp.Outcome, time.Since(began))
 	ev := log.Info()
 	if fp.Outcome == dialect.OutcomeFailed {
 		ev = log.Warn().Str("error", fp.Error)

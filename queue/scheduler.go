@@ -155,6 +155,7 @@ func (w *Worker) fireOne(ctx context.Context, c *Client) (bool, error) {
 	if err := tx.Commit(); err != nil {
 		return false, err
 	}
+	w.cfg.Metrics.tick(d.outcome)
 	ev := w.log.Info()
 	if d.outcome == dialect.RunMissed || d.outcome == dialect.RunSkipped {
 		ev = w.log.Warn()

@@ -55,6 +55,8 @@ type WorkerConfig struct {
 
 	// NoScheduler turns off this worker's scheduler loop (scheduler.go).
 	NoScheduler bool
+	// Metrics, when set, records the worker's Prometheus metrics (metrics.go).
+	Metrics *Metrics
 	// Clock is the worker's clock for the scheduler's sleeps (default time.Now);
 	// tests inject skewed ones. What is due is always the database's decision.
 	Clock func() time.Time
@@ -143,6 +145,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 	}
 	w.healthy.Store(true)
+	cfg.Metrics.observeRunning(w.runningCount)
 	return w, nil
 }
 
@@ -249,9 +252,11 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 		free := w.cfg.Concurrency - w.runningCount()
 		claimed := 0
 		if free > 0 && w.healthy.Load() {
+			began := time.Now()
 			got, err := w.d.TaskClaim(ctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease,
 			})
+			w.cfg.Metrics.claimedTasks(got, time.Since(began))
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil

@@ -92,10 +92,15 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, started func(ne
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	if started != nil {
 		started(ln.Addr())
 	}
+	return serveListener(ctx, ln, h)
+}
+
+// serveListener serves h on ln until ctx ends, then shuts down gracefully.
+func serveListener(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -23,6 +23,7 @@ func NewWorkerCommand() *cobra.Command {
 		cfg                queue.WorkerConfig
 		migrate            bool
 		logs               logFlags
+		metrics            metricsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "worker [flags]",
@@ -58,6 +59,11 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 				defer target.Close()
 				cfg.TargetDB = target.DB()
 			}
+			mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
+			defer stopMetrics()
+			if cfg.Metrics, err = metrics.start(mctx, log); err != nil { // metrics.go
+				return err
+			}
 			w, err := queue.NewWorker(c, cfg)
 			if err != nil {
 				return UsageError{err}
@@ -80,6 +86,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations before starting")
 	f.StringSliceVar(&cfg.AllowExec, "allow-exec", nil, "programs that tasks of kind exec may run (comma-separated names on PATH or absolute paths); none by default")
 	schedulerFlags(f, &cfg) // --no-scheduler (schedule.go)
+	metrics.add(f)          // --metrics-addr (metrics.go)
 	logs.add(cmd)
 	return cmd
 }
