@@ -105,6 +105,9 @@ const (
 	ProcessActive    = "active"
 	ProcessSucceeded = "succeeded"
 	ProcessFailed    = "failed"
+	// ProcessCancelled: an operator's cancel or discard removed its last tasks,
+	// so it ended without doing all its work. New tasks make it active again.
+	ProcessCancelled = "cancelled"
 )
 
 // Outcome is how an attempt ended, as written to Logs.outcome.

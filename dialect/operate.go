@@ -73,6 +73,45 @@ type Operator interface {
 	LimitDelete(ctx context.Context, key string) error
 }
 
+// actorKey carries who asks for an operator action, for its Logs row.
+type actorKey struct{}
+
+// WithActor names who performs the operator actions run with ctx (for example
+// "alice@db1"): TaskRetry, TaskDiscard, TaskCancel and their Process forms write
+// a Logs row per task they change, with the actor as its worker_id.
+func WithActor(ctx context.Context, who string) context.Context {
+	return context.WithValue(ctx, actorKey{}, who)
+}
+
+// Actor is who WithActor named, or "operator" when nobody was named.
+func Actor(ctx context.Context) string {
+	if who, ok := ctx.Value(actorKey{}).(string); ok && who != "" {
+		return who
+	}
+	return "operator"
+}
+
+// Operator actions as Logs records them: the outcome of the row written for
+// each task an action changes, and its note (Logs.error).
+const (
+	OutcomeCancelled Outcome = "cancelled" // removed by queuectl cancel before it ran (again)
+	OutcomeDiscarded Outcome = "discarded" // a failed task given up by queuectl discard
+	OutcomeRetried   Outcome = "retried"   // a failed task given fresh attempts by queuectl retry
+)
+
+// AuditNote is the Logs.error text of an operator action's row.
+func AuditNote(o Outcome) string {
+	switch o {
+	case OutcomeCancelled:
+		return "cancelled by an operator"
+	case OutcomeDiscarded:
+		return "discarded by an operator: later stages may run"
+	case OutcomeRetried:
+		return "retried by an operator: attempts start over"
+	}
+	return string(o)
+}
+
 // AsOperator returns the dialect's Operator, or an error naming the dialect when
 // it has none yet.
 func AsOperator(d Dialect) (Operator, error) {

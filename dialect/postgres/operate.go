@@ -72,11 +72,59 @@ UPDATE stageq.tasks t
   FROM stageq.processes p
  WHERE p.id = t.process_id AND t.id = $1`
 	deleteTaskSQL = `DELETE FROM stageq.tasks WHERE id = $1`
+
+	// Operator actions leave a Logs row per task they change, written before the
+	// change under the same locks. In: process id (or task id), who, outcome,
+	// note, and whether every task that is not running counts (cancel) or only
+	// failed ones (retry, discard).
+	auditProcessSQL = `
+INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
+                         lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
+SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, $2, t.attempt,
+       0, now(), now(), 0, $3, $4, t.schedule_name, t.scheduled_for
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.process_id = $1 AND (t.state = 'failed' OR ($5 AND t.state <> 'running'))`
+	auditTaskSQL = `
+INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
+                         lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
+SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, $2, t.attempt,
+       0, now(), now(), 0, $3, $4, t.schedule_name, t.scheduled_for
+  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.id = $1`
+	// A process that a cancel or discard emptied ended without doing all its
+	// work; open_stage has just marked it succeeded. In: process id.
+	markCancelledSQL = `UPDATE stageq.processes SET state = 'cancelled' WHERE id = $1 AND state = 'succeeded'`
 )
+
+// auditProcess writes the Logs rows of an operator action on a locked process;
+// markCancelled, for removals, marks it cancelled once open_stage found it empty.
+func auditProcess(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
+	_, err := q.ExecContext(ctx, auditProcessSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o), o == dialect.OutcomeCancelled)
+	if err != nil {
+		return fmt.Errorf("audit: %w", mapErr(err))
+	}
+	return nil
+}
+
+func markCancelled(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
+	if o == dialect.OutcomeRetried {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, markCancelledSQL, id); err != nil {
+		return fmt.Errorf("mark process cancelled: %w", mapErr(err))
+	}
+	return nil
+}
 
 // withProcess locks the named process in a transaction and runs fn with its id;
 // afterwards it re-derives the process's stage and run-queue state.
 func (p *Postgres) withProcess(ctx context.Context, q dialect.Querier, name string, fn func(q dialect.Querier, id int64) error) error {
+	return p.withProcessThen(ctx, q, name, fn, nil)
+}
+
+// withProcessThen is withProcess with a step after open_stage, in the same
+// transaction (an operator action's markCancelled).
+func (p *Postgres) withProcessThen(ctx context.Context, q dialect.Querier, name string, fn, then func(q dialect.Querier, id int64) error) error {
 	return p.inTx(ctx, q, func(q dialect.Querier) error {
 		var id int64
 		err := q.QueryRowContext(ctx, lockProcessSQL, name).Scan(&id)
@@ -91,6 +139,9 @@ func (p *Postgres) withProcess(ctx context.Context, q dialect.Querier, name stri
 		}
 		if _, err := q.ExecContext(ctx, openStageSQL, id); err != nil {
 			return fmt.Errorf("process %q: open stage: %w", name, mapErr(err))
+		}
+		if then != nil {
+			return then(q, id)
 		}
 		return nil
 	})
@@ -121,9 +172,12 @@ func (p *Postgres) ProcessSetPaused(ctx context.Context, name string, paused boo
 
 // processBulk runs one bulk statement on a locked process and insists it changed
 // something, so that a command with nothing to do says so.
-func (p *Postgres) processBulk(ctx context.Context, name, stmt, what string) (int, error) {
+func (p *Postgres) processBulk(ctx context.Context, name, stmt, what string, o dialect.Outcome) (int, error) {
 	var n int64
-	err := p.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+	err := p.withProcessThen(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if err := auditProcess(ctx, q, id, o); err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, err)
+		}
 		res, err := q.ExecContext(ctx, stmt, id)
 		if err != nil {
 			return fmt.Errorf("%s process %q: %w", what, name, mapErr(err))
@@ -135,23 +189,26 @@ func (p *Postgres) processBulk(ctx context.Context, name, stmt, what string) (in
 			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
 		}
 		return nil
-	})
+	}, func(q dialect.Querier, id int64) error { return markCancelled(ctx, q, id, o) })
 	return int(n), err
 }
 
 // ProcessRetry implements dialect.Operator.
 func (p *Postgres) ProcessRetry(ctx context.Context, name string) (int, error) {
-	return p.processBulk(ctx, name, retryProcessSQL, "retry")
+	return p.processBulk(ctx, name, retryProcessSQL, "retry", dialect.OutcomeRetried)
 }
 
 // ProcessDiscard implements dialect.Operator.
 func (p *Postgres) ProcessDiscard(ctx context.Context, name string) (int, error) {
-	return p.processBulk(ctx, name, discardProcessSQL, "discard")
+	return p.processBulk(ctx, name, discardProcessSQL, "discard", dialect.OutcomeDiscarded)
 }
 
 // ProcessCancel implements dialect.Operator.
 func (p *Postgres) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
-	err = p.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+	err = p.withProcessThen(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if err := auditProcess(ctx, q, id, dialect.OutcomeCancelled); err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, err)
+		}
 		res, err := q.ExecContext(ctx, cancelProcessSQL, id)
 		if err != nil {
 			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
@@ -168,13 +225,13 @@ func (p *Postgres) ProcessCancel(ctx context.Context, name string) (removed, run
 			return fmt.Errorf("cancel process %q: %w: it has no waiting or failed tasks (%d running)", name, dialect.ErrWrongState, running)
 		}
 		return nil
-	})
+	}, func(q dialect.Querier, id int64) error { return markCancelled(ctx, q, id, dialect.OutcomeCancelled) })
 	return removed, running, err
 }
 
 // withTask locks a task's process, then the task, checks its state with allow,
 // and runs fn; then it re-derives the process's stage.
-func (p *Postgres) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string) error {
+func (p *Postgres) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string, o dialect.Outcome) error {
 	return p.inTx(ctx, nil, func(q dialect.Querier) error {
 		var pid int64
 		err := q.QueryRowContext(ctx, taskProcessSQL, id).Scan(&pid)
@@ -198,11 +255,17 @@ func (p *Postgres) withTask(ctx context.Context, id int64, allow func(state, wor
 		if err := allow(state, worker); err != nil {
 			return fmt.Errorf("task %d: %w", id, err)
 		}
+		if _, err := q.ExecContext(ctx, auditTaskSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o)); err != nil {
+			return fmt.Errorf("task %d: audit: %w", id, mapErr(err))
+		}
 		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
 			return fmt.Errorf("task %d: %w", id, mapErr(err))
 		}
 		if _, err := q.ExecContext(ctx, openStageSQL, pid); err != nil {
 			return fmt.Errorf("task %d: open stage: %w", id, mapErr(err))
+		}
+		if err := markCancelled(ctx, q, pid, o); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
 		}
 		return nil
 	})
@@ -210,24 +273,24 @@ func (p *Postgres) withTask(ctx context.Context, id int64, allow func(state, wor
 
 // TaskRetry implements dialect.Operator.
 func (p *Postgres) TaskRetry(ctx context.Context, id int64) error {
-	return p.withTask(ctx, id, dialect.AllowRetry, retryTaskSQL)
+	return p.withTask(ctx, id, dialect.AllowRetry, retryTaskSQL, dialect.OutcomeRetried)
 }
 
 // TaskDiscard implements dialect.Operator.
 func (p *Postgres) TaskDiscard(ctx context.Context, id int64) error {
-	return p.withTask(ctx, id, dialect.AllowDiscard, deleteTaskSQL)
+	return p.withTask(ctx, id, dialect.AllowDiscard, deleteTaskSQL, dialect.OutcomeDiscarded)
 }
 
 // TaskCancel implements dialect.Operator.
 func (p *Postgres) TaskCancel(ctx context.Context, id int64) error {
-	return p.withTask(ctx, id, dialect.AllowCancel, deleteTaskSQL)
+	return p.withTask(ctx, id, dialect.AllowCancel, deleteTaskSQL, dialect.OutcomeCancelled)
 }
 
 // processListSQL reads processes. In: name ("" for all), include succeeded.
 const processListSQL = `
 SELECT id, name, state, paused, current_order, priority, weight, max_parallel
   FROM stageq.processes
- WHERE ($1 = '' OR name = $1) AND ($2 OR $1 <> '' OR state <> 'succeeded')
+ WHERE ($1 = '' OR name = $1) AND ($2 OR $1 <> '' OR state NOT IN ('succeeded', 'cancelled'))
  ORDER BY name`
 
 // stageCountSQL counts the tasks in the queue per process, stage and state.
@@ -237,14 +300,14 @@ SELECT t.process_id, t.execution_order,
        count(*) FILTER (WHERE t.state = 'running'),
        count(*) FILTER (WHERE t.state = 'failed')
   FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
- WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state <> 'succeeded')
+ WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
  GROUP BY t.process_id, t.execution_order`
 
 // stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks).
 const stageDoneSQL = `
 SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
   FROM stageq.logs l JOIN stageq.processes p ON p.id = l.process_id
- WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state <> 'succeeded')
+ WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
    AND l.outcome = 'succeeded'
  GROUP BY l.process_id, l.execution_order`
 

@@ -44,22 +44,44 @@ UPDATE stageq_tasks
  WHERE id = ?`
 	opDeleteTaskSQL = `DELETE FROM stageq_tasks WHERE id = ?`
 
+	// Operator actions leave a Logs row per task they change, written before the
+	// change in the same transaction. In: process id (or task id), who, outcome,
+	// note, and whether every task that is not running counts (cancel) or only
+	// failed ones (retry, discard).
+	opAuditProcessSQL = `
+INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
+                         lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
+SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, ?2, t.attempt, 0,
+       strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, ?3, ?4, t.schedule_name, t.scheduled_for
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.process_id = ?1 AND (t.state = 'failed' OR (?5 AND t.state <> 'running'))`
+	opAuditTaskSQL = `
+INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
+                         lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
+SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, ?2, t.attempt, 0,
+       strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, ?3, ?4, t.schedule_name, t.scheduled_for
+  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
+ WHERE t.id = ?1`
+	// A process that a cancel or discard emptied ended without doing all its
+	// work; openStage has just marked it succeeded. In: process id.
+	opMarkCancelledSQL = `UPDATE stageq_processes SET state = 'cancelled' WHERE id = ? AND state = 'succeeded'`
+
 	// Status queries; in: name ("" for all), include succeeded.
 	opProcessListSQL = `
 SELECT id, name, state, paused, current_order, priority, weight, max_parallel
   FROM stageq_processes
- WHERE (?1 = '' OR name = ?1) AND (?2 OR ?1 <> '' OR state <> 'succeeded')
+ WHERE (?1 = '' OR name = ?1) AND (?2 OR ?1 <> '' OR state NOT IN ('succeeded', 'cancelled'))
  ORDER BY name`
 	opStageCountSQL = `
 SELECT t.process_id, t.execution_order,
        sum(t.state IN ('blocked', 'available')), sum(t.state = 'running'), sum(t.state = 'failed')
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
- WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state <> 'succeeded')
+ WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
  GROUP BY t.process_id, t.execution_order`
 	opStageDoneSQL = `
 SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
   FROM stageq_logs l JOIN stageq_processes p ON p.id = l.process_id
- WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state <> 'succeeded')
+ WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
    AND l.outcome = 'succeeded'
  GROUP BY l.process_id, l.execution_order`
 
@@ -74,6 +96,33 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
 // withProcess runs fn on the named process in a write transaction, then
 // re-derives its stage and run-queue state.
 func (s *SQLite) withProcess(ctx context.Context, q dialect.Querier, name string, fn func(q dialect.Querier, id int64) error) error {
+	return s.withProcessThen(ctx, q, name, fn, nil)
+}
+
+// auditProcess writes the Logs rows of an operator action on a process.
+func auditProcess(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
+	_, err := q.ExecContext(ctx, opAuditProcessSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o), o == dialect.OutcomeCancelled)
+	if err != nil {
+		return fmt.Errorf("audit: %w", mapErr(err))
+	}
+	return nil
+}
+
+// markCancelled, after a removal, marks the process cancelled if openStage
+// found it empty.
+func markCancelled(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
+	if o == dialect.OutcomeRetried {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, opMarkCancelledSQL, id); err != nil {
+		return fmt.Errorf("mark process cancelled: %w", mapErr(err))
+	}
+	return nil
+}
+
+// withProcessThen is withProcess with a step after openStage, in the same
+// transaction.
+func (s *SQLite) withProcessThen(ctx context.Context, q dialect.Querier, name string, fn, then func(q dialect.Querier, id int64) error) error {
 	return s.inTx(ctx, q, func(q dialect.Querier) error {
 		var id int64
 		err := q.QueryRowContext(ctx, opProcessIDSQL, name).Scan(&id)
@@ -86,7 +135,13 @@ func (s *SQLite) withProcess(ctx context.Context, q dialect.Querier, name string
 		if err := fn(q, id); err != nil {
 			return err
 		}
-		return openStage(ctx, q, id)
+		if err := openStage(ctx, q, id); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(q, id)
+		}
+		return nil
 	})
 }
 
@@ -113,9 +168,12 @@ func (s *SQLite) ProcessSetPaused(ctx context.Context, name string, paused bool)
 	})
 }
 
-func (s *SQLite) processBulk(ctx context.Context, name, stmt, what string) (int, error) {
+func (s *SQLite) processBulk(ctx context.Context, name, stmt, what string, o dialect.Outcome) (int, error) {
 	var n int64
-	err := s.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+	err := s.withProcessThen(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if err := auditProcess(ctx, q, id, o); err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, err)
+		}
 		res, err := q.ExecContext(ctx, stmt, id)
 		if err != nil {
 			return fmt.Errorf("%s process %q: %w", what, name, mapErr(err))
@@ -127,23 +185,26 @@ func (s *SQLite) processBulk(ctx context.Context, name, stmt, what string) (int,
 			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
 		}
 		return nil
-	})
+	}, func(q dialect.Querier, id int64) error { return markCancelled(ctx, q, id, o) })
 	return int(n), err
 }
 
 // ProcessRetry implements dialect.Operator.
 func (s *SQLite) ProcessRetry(ctx context.Context, name string) (int, error) {
-	return s.processBulk(ctx, name, opRetryProcessSQL, "retry")
+	return s.processBulk(ctx, name, opRetryProcessSQL, "retry", dialect.OutcomeRetried)
 }
 
 // ProcessDiscard implements dialect.Operator.
 func (s *SQLite) ProcessDiscard(ctx context.Context, name string) (int, error) {
-	return s.processBulk(ctx, name, opDiscardProcessSQL, "discard")
+	return s.processBulk(ctx, name, opDiscardProcessSQL, "discard", dialect.OutcomeDiscarded)
 }
 
 // ProcessCancel implements dialect.Operator.
 func (s *SQLite) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
-	err = s.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+	err = s.withProcessThen(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if err := auditProcess(ctx, q, id, dialect.OutcomeCancelled); err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, err)
+		}
 		res, err := q.ExecContext(ctx, opCancelProcessSQL, id)
 		if err != nil {
 			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
@@ -160,11 +221,11 @@ func (s *SQLite) ProcessCancel(ctx context.Context, name string) (removed, runni
 			return fmt.Errorf("cancel process %q: %w: it has no waiting or failed tasks (%d running)", name, dialect.ErrWrongState, running)
 		}
 		return nil
-	})
+	}, func(q dialect.Querier, id int64) error { return markCancelled(ctx, q, id, dialect.OutcomeCancelled) })
 	return removed, running, err
 }
 
-func (s *SQLite) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string) error {
+func (s *SQLite) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string, o dialect.Outcome) error {
 	return s.inTx(ctx, nil, func(q dialect.Querier) error {
 		var pid int64
 		var state, worker string
@@ -178,26 +239,35 @@ func (s *SQLite) withTask(ctx context.Context, id int64, allow func(state, worke
 		if err := allow(state, worker); err != nil {
 			return fmt.Errorf("task %d: %w", id, err)
 		}
+		if _, err := q.ExecContext(ctx, opAuditTaskSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o)); err != nil {
+			return fmt.Errorf("task %d: audit: %w", id, mapErr(err))
+		}
 		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
 			return fmt.Errorf("task %d: %w", id, mapErr(err))
 		}
-		return openStage(ctx, q, pid)
+		if err := openStage(ctx, q, pid); err != nil {
+			return err
+		}
+		if err := markCancelled(ctx, q, pid, o); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		return nil
 	})
 }
 
 // TaskRetry implements dialect.Operator.
 func (s *SQLite) TaskRetry(ctx context.Context, id int64) error {
-	return s.withTask(ctx, id, dialect.AllowRetry, opRetryTaskSQL)
+	return s.withTask(ctx, id, dialect.AllowRetry, opRetryTaskSQL, dialect.OutcomeRetried)
 }
 
 // TaskDiscard implements dialect.Operator.
 func (s *SQLite) TaskDiscard(ctx context.Context, id int64) error {
-	return s.withTask(ctx, id, dialect.AllowDiscard, opDeleteTaskSQL)
+	return s.withTask(ctx, id, dialect.AllowDiscard, opDeleteTaskSQL, dialect.OutcomeDiscarded)
 }
 
 // TaskCancel implements dialect.Operator.
 func (s *SQLite) TaskCancel(ctx context.Context, id int64) error {
-	return s.withTask(ctx, id, dialect.AllowCancel, opDeleteTaskSQL)
+	return s.withTask(ctx, id, dialect.AllowCancel, opDeleteTaskSQL, dialect.OutcomeCancelled)
 }
 
 // ProcessList implements dialect.Operator.

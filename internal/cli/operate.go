@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"os/user"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -50,6 +52,7 @@ func newTaskOpCommand(dsn *string, use, short, long string,
 				return err
 			}
 			defer c.Close()
+			cmd.SetContext(dialect.WithActor(cmd.Context(), operatorName())) // who, in the Logs row
 			var msg string
 			if id != 0 {
 				msg, err = onTask(op, cmd, id)
@@ -133,4 +136,18 @@ func newPauseCommand(dsn *string, pause bool) *cobra.Command {
 			return err
 		},
 	}
+}
+
+// operatorName is who runs queuectl, as Logs records operator actions:
+// user@host (STAGEQ_ACTOR overrides it, for example in a CI job).
+func operatorName() string {
+	if v := os.Getenv("STAGEQ_ACTOR"); v != "" {
+		return v
+	}
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
 }

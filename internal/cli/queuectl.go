@@ -129,7 +129,7 @@ func newLogsCommand(dsn *string) *cobra.Command {
 	fl.StringVar(&f.Process, "process", "", "only this process")
 	fl.Int64Var(&f.TaskID, "task", 0, "only this task id")
 	fl.StringVar(&f.WorkerID, "worker", "", "only this worker id")
-	fl.StringVar(&out, "outcome", "", "only this outcome: running, succeeded, failed, abandoned, released")
+	fl.StringVar(&out, "outcome", "", "only this outcome: running, succeeded, failed, abandoned, released, or an operator's cancelled, discarded, retried")
 	fl.DurationVar(&since, "since", 0, "only attempts started within this long (e.g. 1h)")
 	fl.IntVar(&f.Limit, "limit", defaultLogRows, "at most this many rows (0: all)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
@@ -205,7 +205,7 @@ func newTasksCommand(dsn *string) *cobra.Command {
 var (
 	taskStates  = []string{dialect.StateBlocked, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
 	logOutcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
-		dialect.OutcomeAbandoned, dialect.OutcomeReleased}
+		dialect.OutcomeAbandoned, dialect.OutcomeReleased, dialect.OutcomeCancelled, dialect.OutcomeDiscarded, dialect.OutcomeRetried}
 )
 
 func joinOutcomes(os []dialect.Outcome) string {

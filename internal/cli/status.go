@@ -26,7 +26,7 @@ import (
 const (
 	ExitNotFound      = 3 // the named process, task or limit does not exist
 	ExitWrongState    = 4 // not allowed in the current state (retry of a running task, …)
-	ExitProcessFailed = 5 // --wait / --watch: the process ended with a failed task
+	ExitProcessFailed = 5 // --wait / --watch: the process ended with a failed task, or was cancelled
 )
 
 // opError maps the dialect's sentinel errors to exit codes.
@@ -284,6 +284,9 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 				fmt.Fprintf(w, "process %q succeeded\n", name)
 			}
 			return nil
+		case dialect.ProcessCancelled:
+			finish()
+			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q was cancelled: an operator removed its remaining tasks (see `queuectl logs --process %s --outcome cancelled`)", name, name)}
 		case dialect.ProcessFailed:
 			finish()
 			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q failed: a task failed for good (see `queuectl tasks --process %s --state failed`, then retry or discard it)", name, name)}

@@ -1,0 +1,8 @@
+UPDATE stageq.processes SET state = 'succeeded' WHERE state = 'cancelled';
+DELETE FROM stageq.logs WHERE outcome IN ('cancelled', 'discarded', 'retried');
+ALTER TABLE stageq.processes DROP CONSTRAINT IF EXISTS processes_state_check;
+ALTER TABLE stageq.processes ADD CONSTRAINT processes_state_check
+    CHECK (state IN ('active', 'succeeded', 'failed'));
+ALTER TABLE stageq.logs DROP CONSTRAINT IF EXISTS logs_outcome_check;
+ALTER TABLE stageq.logs ADD CONSTRAINT logs_outcome_check
+    CHECK (outcome IN ('running', 'succeeded', 'failed', 'abandoned', 'released'));

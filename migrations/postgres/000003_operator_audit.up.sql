@@ -1,0 +1,16 @@
+-- Issue 10: a process that an operator's cancel or discard emptied ends
+-- 'cancelled' (not 'succeeded'), and operator actions leave Logs rows with the
+-- outcomes 'cancelled', 'discarded' and 'retried' (worker_id: who, user@host).
+-- stageq.open_stage sets a process's state afresh whenever it has tasks, so a
+-- cancelled process that gets new tasks becomes active again by itself.
+ALTER TABLE stageq.processes DROP CONSTRAINT IF EXISTS processes_state_check;
+ALTER TABLE stageq.processes ADD CONSTRAINT processes_state_check
+    CHECK (state IN ('active', 'succeeded', 'failed', 'cancelled'));
+
+ALTER TABLE stageq.logs DROP CONSTRAINT IF EXISTS logs_outcome_check;
+ALTER TABLE stageq.logs ADD CONSTRAINT logs_outcome_check
+    CHECK (outcome IN ('running', 'succeeded', 'failed', 'abandoned', 'released',
+                       'cancelled', 'discarded', 'retried')) NOT VALID;
+-- Every existing row already satisfies the wider check: validating it scans the
+-- table without blocking writers (SHARE UPDATE EXCLUSIVE).
+ALTER TABLE stageq.logs VALIDATE CONSTRAINT logs_outcome_check;

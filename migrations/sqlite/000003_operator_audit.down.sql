@@ -1,0 +1,14 @@
+UPDATE stageq_processes SET state = 'succeeded' WHERE state = 'cancelled';
+DELETE FROM stageq_logs WHERE outcome IN ('cancelled', 'discarded', 'retried');
+PRAGMA writable_schema = ON;
+UPDATE sqlite_schema
+   SET sql = replace(sql, 'CHECK (state IN (''active'', ''succeeded'', ''failed'', ''cancelled''))',
+                          'CHECK (state IN (''active'', ''succeeded'', ''failed''))')
+ WHERE type = 'table' AND name = 'stageq_processes';
+UPDATE sqlite_schema
+   SET sql = replace(sql, 'CHECK (outcome IN (''running'', ''succeeded'', ''failed'', ''abandoned'', ''released'', ''cancelled'', ''discarded'', ''retried''))',
+                          'CHECK (outcome IN (''running'', ''succeeded'', ''failed'', ''abandoned'', ''released''))')
+ WHERE type = 'table' AND name = 'stageq_logs';
+PRAGMA writable_schema = RESET;
+CREATE TABLE stageq_schema_bump (x INTEGER);
+DROP TABLE stageq_schema_bump;
