@@ -96,6 +96,7 @@ const (
 	RunMissed   = "missed"    // ticks beyond the grace dropped (policy skip)
 	RunSkipped  = "skipped"   // singleton: the previous run was still unfinished
 	RunManual   = "manual"    // run-now by an operator
+	RunFailed   = "failed"    // the database refused the run (the worker's log says why); the schedule moved on
 )
 
 // ScheduleCreateParams describes a new schedule. Exactly one of Cron and

@@ -353,7 +353,7 @@ func (c *Client) fireTx(ctx context.Context, tx *sql.Tx, s dialect.ScheduleInfo,
 			return res, err
 		}
 		if res, err = c.SubmitTx(ctx, tx, plan); err != nil {
-			return res, fmt.Errorf("schedule %q: %w", s.Name, err)
+			return res, submitError{fmt.Errorf("schedule %q: %w", s.Name, err)}
 		}
 		fp.ProcessID, fp.TaskIDs = res.ProcessID, res.TaskIDs
 	}
@@ -362,3 +362,10 @@ func (c *Client) fireTx(ctx context.Context, tx *sql.Tx, s dialect.ScheduleInfo,
 	}
 	return res, nil
 }
+
+// submitError marks a failure to enqueue a tick's run (as opposed to recording
+// the tick), which the scheduler may set aside rather than retry for ever.
+type submitError struct{ err error }
+
+func (e submitError) Error() string { return e.err.Error() }
+func (e submitError) Unwrap() error { return e.err }

@@ -3,10 +3,12 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
 )
 
 // The scheduler loop every worker runs (unless WorkerConfig.NoScheduler).
@@ -35,7 +37,17 @@ const (
 	schedulerBatch = 100
 	// scheduleRunRetention is how long a schedule's run history is kept.
 	scheduleRunRetention = 7 * 24 * time.Hour
+	// scheduleSubmitTries is how many times a tick's run may fail to be enqueued
+	// (an error other than invalid input) before the tick is recorded as failed
+	// and the schedule moves on: the earliest due schedule is handled first, so
+	// one that always fails would otherwise hold back every schedule after it.
+	scheduleSubmitTries = 3
 )
+
+// errScheduleSkipped means fireOne set a broken schedule aside (paused it, or
+// recorded its tick as failed): nothing was enqueued, and the loop goes on to
+// the next due schedule at once.
+var errScheduleSkipped = errors.New("schedule set aside")
 
 // schedulerLoop fires due ticks until ctx or stop ends.
 func (w *Worker) schedulerLoop(ctx, stop context.Context) {
@@ -45,6 +57,8 @@ func (w *Worker) schedulerLoop(ctx, stop context.Context) {
 	}
 	log := w.log.With().Str("component", "scheduler").Logger()
 	c := &Client{d: w.d, log: w.log}
+	failures := map[int64]int{} // schedule id -> submit failures of its due tick
+	retry := schedulerRetry     // grows while errors repeat, so a failing database is not hammered
 	for {
 		if ctx.Err() != nil || stop.Err() != nil {
 			return
@@ -58,22 +72,26 @@ func (w *Worker) schedulerLoop(ctx, stop context.Context) {
 			if ctx.Err() != nil || stop.Err() != nil {
 				return
 			}
-			log.Warn().Err(err).Msg("reading the next due schedule failed")
-			wait = schedulerRetry
+			log.Warn().Err(err).Dur("retry_in", retry).Msg("reading the next due schedule failed")
+			wait, retry = retry, min(retry*2, schedulerIdle)
 		case has && due <= 0:
-			fired, err := w.fireDue(ctx, c)
+			fired, err := w.fireDue(ctx, c, failures)
 			if err != nil {
 				if ctx.Err() != nil || stop.Err() != nil {
 					return
 				}
-				log.Error().Err(err).Msg("firing a schedule failed; retrying")
+				log.Error().Err(err).Dur("retry_in", retry).Msg("firing a schedule failed; retrying")
+				wait, retry = retry, min(retry*2, schedulerIdle)
+				break
 			}
-			if fired > 0 && err == nil {
+			retry = schedulerRetry
+			if fired > 0 {
 				continue // more may be due; the next question finds out
 			}
 			// Due, yet nothing fired: another worker's transaction holds it.
 			wait = schedulerRetry
 		case has:
+			retry = schedulerRetry
 			// A little jitter spreads the cluster's wake-ups; the database decides
 			// anyway, so it only saves contention.
 			wait = min(due, schedulerIdle) + time.Duration(rand.Int64N(int64(5*time.Millisecond)))
@@ -91,11 +109,15 @@ func (w *Worker) schedulerLoop(ctx, stop context.Context) {
 	}
 }
 
-// fireDue handles due ticks, one transaction each, up to schedulerBatch.
-func (w *Worker) fireDue(ctx context.Context, c *Client) (int, error) {
+// fireDue handles due ticks, one transaction each, up to schedulerBatch. A
+// schedule set aside counts as handled: the next due one follows at once.
+func (w *Worker) fireDue(ctx context.Context, c *Client, failures map[int64]int) (int, error) {
 	fired := 0
 	for fired < schedulerBatch {
-		ok, err := w.fireOne(ctx, c)
+		ok, err := w.fireOne(ctx, c, failures)
+		if errors.Is(err, errScheduleSkipped) {
+			ok, err = true, nil
+		}
 		if err != nil || !ok {
 			return fired, err
 		}
@@ -104,9 +126,56 @@ func (w *Worker) fireDue(ctx context.Context, c *Client) (int, error) {
 	return fired, nil
 }
 
+// setAside handles a due schedule that cannot be fired, in a transaction of its
+// own (the one that failed is rolled back): a cron expression that no longer
+// parses pauses the schedule (it has no next tick to move to; `schedule list`
+// shows it paused and the log says why); a run the database refused is recorded
+// as a failed tick and next_run moves on. Either way the schedules due after it
+// are no longer held back.
+func (w *Worker) setAside(ctx context.Context, c *Client, s dialect.ScheduleInfo, d *tickDecision, cause error) error {
+	log := w.log.With().Str("component", "scheduler").Str("schedule", s.Name).Logger()
+	if d == nil {
+		if err := w.d.ScheduleSetPaused(ctx, dialect.SchedulePauseParams{Name: s.Name, Paused: true}); err != nil {
+			return fmt.Errorf("pause broken schedule %q: %w", s.Name, err)
+		}
+		log.Error().Err(cause).Msg("the schedule cannot compute its ticks; paused it (fix it, then `queuectl schedule resume`)")
+		return errScheduleSkipped
+	}
+	tx, err := w.d.BeginTx(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	cur, now, err := w.d.ScheduleLock(ctx, tx, s.Name)
+	if err != nil {
+		return err
+	}
+	if !cur.NextRun.Equal(s.NextRun) || cur.Paused {
+		return errScheduleSkipped // changed meanwhile: someone else handled it
+	}
+	err = w.d.ScheduleFire(ctx, tx, dialect.ScheduleFireParams{
+		ScheduleID: s.ID, ScheduleName: s.Name, WorkerID: w.cfg.ID, ScheduledFor: d.scheduledFor,
+		Outcome: dialect.RunFailed, Advance: true, PrevNextRun: s.NextRun, NextRun: d.next,
+		PruneBefore: now.Add(-scheduleRunRetention),
+	})
+	if errors.Is(err, dialect.ErrConflict) {
+		return errScheduleSkipped
+	}
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	w.cfg.Metrics.tick(dialect.RunFailed)
+	log.Error().Err(cause).Time("scheduled_for", d.scheduledFor).Time("next_run", d.next).
+		Msg("the schedule's run could not be enqueued; tick recorded as failed")
+	return errScheduleSkipped
+}
+
 // fireOne handles one due tick in its own transaction; ok is false when none was
 // due (or every due one is being handled by another worker).
-func (w *Worker) fireOne(ctx context.Context, c *Client) (bool, error) {
+func (w *Worker) fireOne(ctx context.Context, c *Client, failures map[int64]int) (bool, error) {
 	tx, err := w.d.BeginTx(ctx)
 	if err != nil {
 		return false, err
@@ -118,7 +187,8 @@ func (w *Worker) fireOne(ctx context.Context, c *Client) (bool, error) {
 	}
 	spec, err := specOf(s)
 	if err != nil {
-		return false, err
+		tx.Rollback()
+		return false, w.setAside(ctx, c, s, nil, err)
 	}
 	d := decideTick(s, spec, now)
 	if d.enqueue {
@@ -149,12 +219,22 @@ func (w *Worker) fireOne(ctx context.Context, c *Client) (bool, error) {
 		// Someone else handled it: not an error, and nothing of ours commits.
 		return false, nil
 	}
+	var submitErr submitError
+	if errors.As(err, &submitErr) && ctx.Err() == nil {
+		failures[s.ID]++
+		if errors.Is(err, dialect.ErrInvalid) || errors.Is(err, stages.ErrInvalidPlan) || failures[s.ID] >= scheduleSubmitTries {
+			delete(failures, s.ID)
+			tx.Rollback()
+			return false, w.setAside(ctx, c, s, &d, err)
+		}
+	}
 	if err != nil {
 		return false, err
 	}
 	if err := tx.Commit(); err != nil {
 		return false, err
 	}
+	delete(failures, s.ID)
 	w.cfg.Metrics.tick(d.outcome)
 	ev := w.log.Info()
 	if d.outcome == dialect.RunMissed || d.outcome == dialect.RunSkipped {

@@ -1,3 +1,7 @@
+DELETE FROM stageq.schedule_runs WHERE outcome = 'failed';
+ALTER TABLE stageq.schedule_runs DROP CONSTRAINT IF EXISTS schedule_runs_outcome_check;
+ALTER TABLE stageq.schedule_runs ADD CONSTRAINT schedule_runs_outcome_check
+    CHECK (outcome IN ('enqueued', 'caught-up', 'missed', 'skipped', 'manual'));
 UPDATE stageq.processes SET state = 'succeeded' WHERE state = 'cancelled';
 DELETE FROM stageq.logs WHERE outcome IN ('cancelled', 'discarded', 'retried');
 ALTER TABLE stageq.processes DROP CONSTRAINT IF EXISTS processes_state_check;

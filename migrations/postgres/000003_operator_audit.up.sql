@@ -1,6 +1,8 @@
 -- Issue 10: a process that an operator's cancel or discard emptied ends
 -- 'cancelled' (not 'succeeded'), and operator actions leave Logs rows with the
 -- outcomes 'cancelled', 'discarded' and 'retried' (worker_id: who, user@host).
+-- A schedule tick whose run the database refused is recorded 'failed' (issue 10,
+-- item 13) and the schedule moves on instead of holding back every later one.
 -- stageq.open_stage sets a process's state afresh whenever it has tasks, so a
 -- cancelled process that gets new tasks becomes active again by itself.
 ALTER TABLE stageq.processes DROP CONSTRAINT IF EXISTS processes_state_check;
@@ -14,3 +16,7 @@ ALTER TABLE stageq.logs ADD CONSTRAINT logs_outcome_check
 -- Every existing row already satisfies the wider check: validating it scans the
 -- table without blocking writers (SHARE UPDATE EXCLUSIVE).
 ALTER TABLE stageq.logs VALIDATE CONSTRAINT logs_outcome_check;
+
+ALTER TABLE stageq.schedule_runs DROP CONSTRAINT IF EXISTS schedule_runs_outcome_check;
+ALTER TABLE stageq.schedule_runs ADD CONSTRAINT schedule_runs_outcome_check
+    CHECK (outcome IN ('enqueued', 'caught-up', 'missed', 'skipped', 'manual', 'failed'));

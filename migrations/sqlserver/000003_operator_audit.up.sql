@@ -9,3 +9,6 @@ ALTER TABLE stageq.Processes WITH CHECK ADD CONSTRAINT CK_Processes_state
 ALTER TABLE stageq.Logs DROP CONSTRAINT CK_Logs_outcome;
 ALTER TABLE stageq.Logs WITH CHECK ADD CONSTRAINT CK_Logs_outcome
     CHECK (outcome IN ('running', 'succeeded', 'failed', 'abandoned', 'released', 'cancelled', 'discarded', 'retried'));
+ALTER TABLE stageq.ScheduleRuns DROP CONSTRAINT CK_ScheduleRuns_outcome;
+ALTER TABLE stageq.ScheduleRuns WITH CHECK ADD CONSTRAINT CK_ScheduleRuns_outcome
+    CHECK (outcome IN ('enqueued', 'caught-up', 'missed', 'skipped', 'manual', 'failed'));
