@@ -186,7 +186,7 @@ func parseCursor(s string) (logCursor, bool) {
 			continue
 		}
 		id, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || len(c.IDs) >= logPageSize {
+		if err != nil || len(c.IDs) >= logPageSize+1 {
 			return logCursor{}, false
 		}
 		c.IDs = append(c.IDs, id)

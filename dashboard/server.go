@@ -140,6 +140,7 @@ var funcs = template.FuncMap{
 	"dur":  fmtDur,
 	"ago":  func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
 	"clip": clip,
+	"path": func(s string) string { return url.PathEscape(s) },
 	"deref": func(p *int) string {
 		if p == nil {
 			return "-"
@@ -175,14 +176,16 @@ var funcs = template.FuncMap{
 		}
 		return map[string]any{"CSRF": v.CSRF, "R": v.Path, "RO": v.ReadOnly, "Rows": rows, "Filtered": f}
 	},
-	"query": func(kv ...string) string {
+	// query builds a query string from pairs, leaving out empty values; it is
+	// a template.URL so the template does not escape it a second time.
+	"query": func(kv ...string) template.URL {
 		v := url.Values{}
 		for i := 0; i+1 < len(kv); i += 2 {
 			if kv[i+1] != "" {
 				v.Set(kv[i], kv[i+1])
 			}
 		}
-		return v.Encode()
+		return template.URL(v.Encode())
 	},
 }
 

@@ -1,0 +1,100 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dashboard"
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/cli"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestWhyHolders: a task behind its process's max_parallel, a full named limit
+// and a full kind limit, all held by one running task, and every live slot
+// busy — read from the database by each dialect's Inspector and explained the
+// same way by the dashboard and `queuectl why`.
+func TestWhyHolders(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		c := openClient(t, dsn)
+		d := c.Dialect()
+		op, _ := dialect.AsOperator(d)
+		in, err := dialect.AsInspector(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one, maxPar := 1, 1
+		res, err := c.Submit(ctx, stages.Plan{Process: "mailer", MaxParallel: &maxPar, Stages: []stages.Stage{{Order: &one, Limit: "smtp",
+			Tasks: []stages.Task{{Kind: "email", Body: "a"}, {Kind: "email", Body: "b"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []string{"smtp", "kind:email"} {
+			if err := op.LimitSet(ctx, l, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.WorkerRegister(ctx, dialect.WorkerInfo{ID: "w-holder", Hostname: "h", PID: 2, Concurrency: 1}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w-holder", Max: 2, Token: 11, Lease: time.Minute})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim: %v %v (want exactly one: max_parallel 1)", got, err)
+		}
+		holder, waiting := got[0].ID, res.TaskIDs[0]
+		if waiting == holder {
+			waiting = res.TaskIDs[1]
+		}
+		w, err := in.TaskWait(ctx, waiting, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.ProcessRunningCount != 1 || len(w.ProcessRunning) != 1 || w.ProcessRunning[0].ID != holder || w.ProcessRunning[0].WorkerID != "w-holder" {
+			t.Errorf("process running: %d %+v", w.ProcessRunningCount, w.ProcessRunning)
+		}
+		if len(w.Limits) != 2 {
+			t.Fatalf("limits: %+v, want kind:email and smtp", w.Limits)
+		}
+		for _, l := range w.Limits {
+			if l.Max != 1 || l.Running != 1 || len(l.Holders) != 1 || l.Holders[0].ID != holder {
+				t.Errorf("limit %s: %+v", l.Key, l)
+			}
+		}
+		if w.LiveWorkers != 1 || w.LiveSlots != 1 || w.Running != 1 || len(w.KindWorkers) != 1 || w.KindWorkers[0] != "w-holder" {
+			t.Errorf("workers: live %d slots %d running %d kind workers %v", w.LiveWorkers, w.LiveSlots, w.Running, w.KindWorkers)
+		}
+		codes := map[string]bool{}
+		for _, r := range dashboard.Explain(w) {
+			codes[r.Code] = true
+		}
+		for _, want := range []string{"max-parallel", "limit", "capacity"} {
+			if !codes[want] {
+				t.Errorf("reasons %v lack %q", codes, want)
+			}
+		}
+		if codes["lower-stage"] || codes["no-worker"] || codes["kind-worker"] || codes["paused"] {
+			t.Errorf("reasons %v include one that does not apply", codes)
+		}
+
+		var out bytes.Buffer
+		code := cli.Execute(ctx, cli.NewQueuectlCommand(), []string{"--dsn", dsn, "why", strconv.FormatInt(waiting, 10)}, &out, &out)
+		if code != 0 {
+			t.Fatalf("queuectl why: exit %d: %s", code, out.String())
+		}
+		for _, want := range []string{"max_parallel is 1", "Limit smtp is full: 1 of 1", "Limit kind:email is full", "Every live worker slot is busy",
+			"task " + strconv.FormatInt(holder, 10) + " (process mailer, order 1): running on w-holder"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("queuectl why lacks %q:\n%s", want, out.String())
+			}
+		}
+		out.Reset()
+		if code := cli.Execute(ctx, cli.NewQueuectlCommand(), []string{"--dsn", dsn, "why", "999999"}, &out, &out); code != 3 {
+			t.Errorf("queuectl why of an unknown task: exit %d, want 3: %s", code, out.String())
+		}
+	})
+}
