@@ -55,6 +55,8 @@ type WorkerConfig struct {
 
 	// NoScheduler turns off this worker's scheduler loop (scheduler.go).
 	NoScheduler bool
+	// Retention is what this worker's pruner deletes, and when (prune.go).
+	Retention Retention
 	// Metrics, when set, records the worker's Prometheus metrics (metrics.go).
 	Metrics *Metrics
 	// Clock is the worker's clock for the scheduler's sleeps (default time.Now);
@@ -208,6 +210,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
+	bg.Add(1) // retention (prune.go)
+	go func() { defer bg.Done(); w.pruneLoop(bgCtx) }()
 	if !w.cfg.NoScheduler { // recurring schedules (scheduler.go)
 		bg.Add(1)
 		go func() { defer bg.Done(); w.schedulerLoop(ctx, bgCtx) }()

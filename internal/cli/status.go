@@ -65,6 +65,8 @@ type statusReport struct {
 	Limits    []dialect.LimitInfo     `json:"limits"`
 	Schedules []dialect.ScheduleInfo  `json:"schedules"`
 	Leases    []dialect.LeaseInfo     `json:"leases"`
+	// Retention is the latest prune pass (absent before the first).
+	Retention *dialect.PruneStatus `json:"retention,omitempty"`
 }
 
 type workerReport struct {
@@ -149,6 +151,15 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 	if rep.Processes == nil {
 		rep.Processes = []dialect.ProcessStatus{}
 	}
+	if pr, ok := op.(dialect.Pruner); ok {
+		st, ok, err := pr.PruneLast(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			rep.Retention = &st
+		}
+	}
 	if asJSON {
 		if sch, ok := op.(dialect.Scheduler); ok {
 			if rep.Schedules, err = sch.ScheduleList(ctx, dialect.ScheduleFilter{}); err != nil {
@@ -196,6 +207,7 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 	if err := printLimits(w, rep.Limits); err != nil {
 		return err
 	}
+	printRetention(w, op, rep.Retention)
 	if sch, ok := op.(dialect.Scheduler); ok {
 		// Next runs of the schedules, and who holds which exclusive lease.
 		fmt.Fprintln(w)
@@ -318,4 +330,27 @@ func summary(p dialect.ProcessStatus) string {
 			s.Order, s.Done, s.Total(), s.Running, s.Pending, s.Failed))
 	}
 	return fmt.Sprintf("process %s %s; %s", p.Name, p.State, strings.Join(parts, "; "))
+}
+
+// printRetention says what the workers' pruners keep and did last.
+func printRetention(w io.Writer, op dialect.Operator, st *dialect.PruneStatus) {
+	if _, ok := op.(dialect.Pruner); !ok {
+		return
+	}
+	if st == nil {
+		fmt.Fprintln(w, "\nretention: no prune pass yet (every worker prunes; see worker --retain-logs)")
+		return
+	}
+	keep := func(d time.Duration) string {
+		if d <= 0 {
+			return "for ever"
+		}
+		if d%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%dd", d/(24*time.Hour))
+		}
+		return d.String()
+	}
+	fmt.Fprintf(w, "\nretention: logs %s, workers %s, finished processes %s; last pass %s by %s deleted %d logs, %d workers, %d processes\n",
+		keep(st.RetainLogs), keep(st.RetainWorkers), keep(st.RetainProcesses), tableTime(st.RanAt), cell(st.WorkerID, 60),
+		st.LogsDeleted, st.WorkersDeleted, st.ProcessesDeleted)
 }

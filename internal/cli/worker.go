@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/migrations"
@@ -43,6 +44,11 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 			}
 			if err := checkWorkerFlags(cmd, cfg); err != nil {
 				return err
+			}
+			for _, d := range []*time.Duration{&cfg.Retention.Logs, &cfg.Retention.Workers, &cfg.Retention.Processes} {
+				if *d == 0 {
+					*d = -1 // the flag's 0 keeps for ever (the library's 0 is the default)
+				}
 			}
 			cfg.ID, cfg.Logger, cfg.Version = id, log, Version
 			ctx := cmd.Context()
@@ -86,6 +92,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations before starting")
 	f.StringSliceVar(&cfg.AllowExec, "allow-exec", nil, "programs that tasks of kind exec may run (comma-separated names on PATH or absolute paths); none by default")
 	schedulerFlags(f, &cfg) // --no-scheduler (schedule.go)
+	retentionFlags(f, &cfg.Retention)
 	metrics.add(f)          // --metrics-addr (metrics.go)
 	logs.add(cmd)
 	return cmd
@@ -134,7 +141,9 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 	}{
 		{"lease", cfg.Lease, false}, {"poll-max", cfg.PollMax, false}, {"retry-base", cfg.RetryBase, false},
 		{"retry-max", cfg.RetryMax, false}, {"heartbeat", cfg.Heartbeat, true}, {"exit-when-idle", cfg.ExitWhenIdle, true},
-		{"shutdown-grace", cfg.ShutdownGrace, true},
+		{"shutdown-grace", cfg.ShutdownGrace, true}, {"retain-logs", cfg.Retention.Logs, true},
+		{"retain-workers", cfg.Retention.Workers, true}, {"retain-processes", cfg.Retention.Processes, true},
+		{"prune-every", cfg.Retention.Every, false},
 	} {
 		if !changed(d.name) || d.v > 0 || (d.zeroOK && d.v == 0) {
 			continue
@@ -148,4 +157,13 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 		return usageErrorf("--heartbeat (%s) must be shorter than --lease (%s)", cfg.Heartbeat, cfg.Lease)
 	}
 	return nil
+}
+
+// retentionFlags adds the pruner's flags (queue/prune.go).
+func retentionFlags(f *pflag.FlagSet, r *queue.Retention) {
+	f.DurationVar(&r.Logs, "retain-logs", queue.DefaultRetainLogs, "delete Logs rows of attempts started longer ago than this (0: keep for ever)")
+	f.DurationVar(&r.Workers, "retain-workers", queue.DefaultRetainWorkers, "delete Workers rows silent longer than this (0: keep for ever)")
+	f.DurationVar(&r.Processes, "retain-processes", queue.DefaultRetainProcesses, "delete processes finished longer ago than this, with no task left (0: keep for ever)")
+	f.DurationVar(&r.Every, "prune-every", queue.DefaultPruneEvery, "pause between prune passes")
+	f.BoolVar(&r.Off, "no-prune", false, "do not prune on this worker (others still do)")
 }

@@ -1,3 +1,5 @@
+DROP TABLE IF EXISTS stageq.prune_status;
+DROP INDEX IF EXISTS stageq.processes_finished;
 DELETE FROM stageq.schedule_runs WHERE outcome = 'failed';
 ALTER TABLE stageq.schedule_runs DROP CONSTRAINT IF EXISTS schedule_runs_outcome_check;
 ALTER TABLE stageq.schedule_runs ADD CONSTRAINT schedule_runs_outcome_check

@@ -20,3 +20,20 @@ ALTER TABLE stageq.logs VALIDATE CONSTRAINT logs_outcome_check;
 ALTER TABLE stageq.schedule_runs DROP CONSTRAINT IF EXISTS schedule_runs_outcome_check;
 ALTER TABLE stageq.schedule_runs ADD CONSTRAINT schedule_runs_outcome_check
     CHECK (outcome IN ('enqueued', 'caught-up', 'missed', 'skipped', 'manual', 'failed'));
+
+-- Retention (issue 10, item 16): every worker prunes old Logs, Workers and
+-- finished Processes rows in small batches; the latest pass is recorded here,
+-- one row, for `queuectl status`.
+CREATE TABLE stageq.prune_status (
+    id                  int         PRIMARY KEY CHECK (id = 1),
+    worker_id           text        NOT NULL,
+    ran_at              timestamptz NOT NULL DEFAULT now(),
+    logs_deleted        bigint      NOT NULL DEFAULT 0,
+    workers_deleted     bigint      NOT NULL DEFAULT 0,
+    processes_deleted   bigint      NOT NULL DEFAULT 0,
+    retain_logs_s       bigint      NOT NULL DEFAULT 0,
+    retain_workers_s    bigint      NOT NULL DEFAULT 0,
+    retain_processes_s  bigint      NOT NULL DEFAULT 0
+);
+-- The process pruner looks for finished processes by age.
+CREATE INDEX processes_finished ON stageq.processes (finished_at) WHERE finished_at IS NOT NULL;

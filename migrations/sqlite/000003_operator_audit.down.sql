@@ -1,3 +1,5 @@
+DROP TABLE IF EXISTS stageq_prune_status;
+DROP INDEX IF EXISTS stageq_processes_finished;
 UPDATE stageq_processes SET state = 'succeeded' WHERE state = 'cancelled';
 DELETE FROM stageq_logs WHERE outcome IN ('cancelled', 'discarded', 'retried');
 DELETE FROM stageq_schedule_runs WHERE outcome = 'failed';

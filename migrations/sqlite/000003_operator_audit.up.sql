@@ -27,3 +27,17 @@ UPDATE sqlite_schema
 PRAGMA writable_schema = RESET;
 CREATE TABLE stageq_schema_bump (x INTEGER);
 DROP TABLE stageq_schema_bump;
+
+-- Retention (issue 10, item 16): see the PostgreSQL schema.
+CREATE TABLE stageq_prune_status (
+    id                  INTEGER PRIMARY KEY CHECK (id = 1),
+    worker_id           TEXT    NOT NULL,
+    ran_at              TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    logs_deleted        INTEGER NOT NULL DEFAULT 0,
+    workers_deleted     INTEGER NOT NULL DEFAULT 0,
+    processes_deleted   INTEGER NOT NULL DEFAULT 0,
+    retain_logs_s       INTEGER NOT NULL DEFAULT 0,
+    retain_workers_s    INTEGER NOT NULL DEFAULT 0,
+    retain_processes_s  INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX stageq_processes_finished ON stageq_processes (finished_at) WHERE finished_at IS NOT NULL;

@@ -1,3 +1,4 @@
+DROP TABLE IF EXISTS stageq.PruneStatus;
 DELETE FROM stageq.ScheduleRuns WHERE outcome = 'failed';
 ALTER TABLE stageq.ScheduleRuns DROP CONSTRAINT CK_ScheduleRuns_outcome;
 ALTER TABLE stageq.ScheduleRuns WITH CHECK ADD CONSTRAINT CK_ScheduleRuns_outcome

@@ -1,0 +1,92 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+)
+
+// TestRetentionPrunes (issue 10, item 16): workers, with no leader, delete old
+// Logs rows, silent Workers rows and long-finished processes in batches, keep
+// everything recent or still in use, and `queuectl status` shows the last pass.
+func TestRetentionPrunes(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.Dialect == "sqlserver" {
+			t.Skip("the SQL Server dialect does not prune yet")
+		}
+		ctx := context.Background()
+		pr := db.D.(dialect.Pruner)
+		old := map[string]string{
+			"postgres": "now() - interval '100 days'",
+			"sqlite":   "strftime('%Y-%m-%d %H:%M:%f', 'now', '-100 days')",
+		}[db.Dialect]
+		// 2,500 Logs rows of attempts 100 days old, one old attempt still
+		// "running" (its worker may yet finish it), and one recent row.
+		series := map[string]string{
+			"postgres": "SELECT g FROM generate_series(1, 2500) g",
+			"sqlite":   "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < 2500) SELECT g FROM s",
+		}[db.Dialect]
+		insertLog := `INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token, started_at, outcome) `
+		db.exec(t, schedSQL(db, insertLog+`SELECT g, 1, 'old', 1, 'sql', 'SELECT 1', 'w-old', 1, g, `+old+`, 'succeeded' FROM (`+series+`) x`))
+		db.exec(t, schedSQL(db, insertLog+`VALUES (9001, 1, 'old', 1, 'sql', 'SELECT 1', 'w-old', 1, 1, `+old+`, 'running')`))
+		db.exec(t, schedSQL(db, insertLog+`VALUES (9002, 1, 'new', 1, 'sql', 'SELECT 1', 'w-new', 1, 1, `+strings.Replace(old, "100 days", "1 days", 1)+`, 'succeeded')`))
+		// A worker silent for 100 days, and a finished process as old.
+		db.exec(t, schedSQL(db, `INSERT INTO stageq.workers (id, hostname, pid, concurrency, heartbeat_at) VALUES ('w-old', 'h', 1, 1, `+old+`)`))
+		code, _, stderr := runCLI(t, "enqueue", "", "--dsn", db.DSN, "--process", "done-long-ago", "--delay", "1h", "SELECT 1")
+		if code != 0 {
+			t.Fatal(stderr)
+		}
+		if code, _, stderr = runCLI(t, "queuectl", "", "--dsn", db.DSN, "cancel", "--process", "done-long-ago"); code != 0 {
+			t.Fatal(stderr)
+		}
+		db.exec(t, schedSQL(db, `UPDATE stageq.processes SET finished_at = `+old+` WHERE name IN ('done-long-ago', 'default')`))
+		if code, _, stderr = runCLI(t, "enqueue", "", "--dsn", db.DSN, "--process", "still-open", "--delay", "1h", "SELECT 1"); code != 0 {
+			t.Fatal(stderr)
+		}
+
+		// One statement deletes one batch, no more.
+		if n, err := pr.PruneLogs(ctx, dialect.PruneParams{Age: 30 * 24 * time.Hour, Batch: 400}); err != nil || n != 400 {
+			t.Fatalf("one batch of 400 deleted %d rows (%v)", n, err)
+		}
+
+		// Two workers prune the rest side by side.
+		cfg := fastConfig()
+		cfg.Retention = queue.Retention{Logs: 30 * 24 * time.Hour, Workers: 24 * time.Hour, Processes: 30 * 24 * time.Hour,
+			Every: 200 * time.Millisecond, Batch: 300}
+		startWorkers(t, db, 2, cfg, nil)
+		logsLeft := func() int { return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.logs WHERE process_name = 'old'`)) }
+		waitFor(t, 60*time.Second, "the old rows pruned", func() bool {
+			return logsLeft() == 1 &&
+				db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.workers WHERE id = 'w-old'`)) == 0 &&
+				db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.processes WHERE name = 'done-long-ago'`)) == 0
+		})
+		for what, q := range map[string]string{
+			"the old running attempt":  `SELECT count(*) FROM stageq.logs WHERE task_id = 9001`,
+			"the recent Logs row":      `SELECT count(*) FROM stageq.logs WHERE task_id = 9002`,
+			"the default process":      `SELECT count(*) FROM stageq.processes WHERE name = 'default'`,
+			"the process with a task":  `SELECT count(*) FROM stageq.processes WHERE name = 'still-open'`,
+			"the operator's audit row": `SELECT count(*) FROM stageq.logs WHERE process_name = 'done-long-ago' AND outcome = 'cancelled'`,
+		} {
+			if n := db.count(t, schedSQL(db, q)); n != 1 {
+				t.Errorf("%s: %d rows, want it kept", what, n)
+			}
+		}
+
+		code, out, stderr := runCLI(t, "queuectl", "", "--dsn", db.DSN, "status")
+		if code != 0 || !strings.Contains(out, "retention: logs 30d, workers 1d, finished processes 30d; last pass") {
+			t.Errorf("status: exit %d, %s%s", code, out, stderr)
+		}
+		_, out, _ = runCLI(t, "queuectl", "", "--dsn", db.DSN, "status", "--json")
+		var rep struct {
+			Retention map[string]any `json:"retention"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Retention["retain_logs_seconds"] != float64(30*24*3600) {
+			t.Errorf("status --json retention: %v (%v)", rep.Retention, err)
+		}
+	})
+}

@@ -1,0 +1,105 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+var _ dialect.Pruner = (*Postgres)(nil)
+
+// Retention statements. In: age in milliseconds, batch size. Each deletes one
+// batch of rows no other transaction holds (SKIP LOCKED), oldest first along an
+// index, in its own short transaction.
+const (
+	pruneLogsSQL = `
+DELETE FROM stageq.logs WHERE id IN (
+    SELECT id FROM stageq.logs
+     WHERE started_at < now() - $1 * interval '1 millisecond' AND outcome <> 'running'
+     ORDER BY started_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	pruneWorkersSQL = `
+DELETE FROM stageq.workers WHERE id IN (
+    SELECT w.id FROM stageq.workers w
+     WHERE coalesce(w.stopped_at, w.heartbeat_at) < now() - $1 * interval '1 millisecond'
+       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.worker_id = w.id AND t.state = 'running')
+     LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	// A process row is locked by submit and by every task change, so one being
+	// filled again is skipped; a process found empty under the lock stays empty
+	// until this deletion commits.
+	pruneProcessesSQL = `
+DELETE FROM stageq.processes WHERE id IN (
+    SELECT p.id FROM stageq.processes p
+     WHERE p.finished_at < now() - $1 * interval '1 millisecond'
+       AND p.state IN ('succeeded', 'cancelled') AND p.name <> 'default'
+       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id)
+     ORDER BY p.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	pruneRecordSQL = `
+INSERT INTO stageq.prune_status AS s (id, worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
+                                      retain_logs_s, retain_workers_s, retain_processes_s)
+VALUES (1, $1, now(), $2, $3, $4, $5, $6, $7)
+ON CONFLICT (id) DO UPDATE SET worker_id = EXCLUDED.worker_id, ran_at = EXCLUDED.ran_at,
+    logs_deleted = EXCLUDED.logs_deleted, workers_deleted = EXCLUDED.workers_deleted,
+    processes_deleted = EXCLUDED.processes_deleted, retain_logs_s = EXCLUDED.retain_logs_s,
+    retain_workers_s = EXCLUDED.retain_workers_s, retain_processes_s = EXCLUDED.retain_processes_s`
+	pruneLastSQL = `
+SELECT worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
+       retain_logs_s, retain_workers_s, retain_processes_s
+  FROM stageq.prune_status WHERE id = 1`
+)
+
+func (p *Postgres) prune(ctx context.Context, stmt, what string, pp dialect.PruneParams) (int, error) {
+	res, err := p.db.ExecContext(ctx, stmt, pp.Age.Milliseconds(), pp.Batch)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s: %w", what, mapErr(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("prune %s: %w", what, err)
+	}
+	return int(n), nil
+}
+
+// PruneLogs implements dialect.Pruner.
+func (p *Postgres) PruneLogs(ctx context.Context, pp dialect.PruneParams) (int, error) {
+	return p.prune(ctx, pruneLogsSQL, "logs", pp)
+}
+
+// PruneWorkers implements dialect.Pruner.
+func (p *Postgres) PruneWorkers(ctx context.Context, pp dialect.PruneParams) (int, error) {
+	return p.prune(ctx, pruneWorkersSQL, "workers", pp)
+}
+
+// PruneProcesses implements dialect.Pruner.
+func (p *Postgres) PruneProcesses(ctx context.Context, pp dialect.PruneParams) (int, error) {
+	return p.prune(ctx, pruneProcessesSQL, "processes", pp)
+}
+
+// PruneRecord implements dialect.Pruner.
+func (p *Postgres) PruneRecord(ctx context.Context, s dialect.PruneStatus) error {
+	_, err := p.db.ExecContext(ctx, pruneRecordSQL, s.WorkerID, s.LogsDeleted, s.WorkersDeleted, s.ProcessesDeleted,
+		int64(s.RetainLogs/time.Second), int64(s.RetainWorkers/time.Second), int64(s.RetainProcesses/time.Second))
+	if err != nil {
+		return fmt.Errorf("record prune pass: %w", mapErr(err))
+	}
+	return nil
+}
+
+// PruneLast implements dialect.Pruner.
+func (p *Postgres) PruneLast(ctx context.Context) (dialect.PruneStatus, bool, error) {
+	var s dialect.PruneStatus
+	var rl, rw, rp int64
+	err := p.db.QueryRowContext(ctx, pruneLastSQL).Scan(&s.WorkerID, &s.RanAt, &s.LogsDeleted, &s.WorkersDeleted,
+		&s.ProcessesDeleted, &rl, &rw, &rp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, fmt.Errorf("read prune status: %w", mapErr(err))
+	}
+	s.RetainLogs, s.RetainWorkers, s.RetainProcesses = time.Duration(rl)*time.Second, time.Duration(rw)*time.Second, time.Duration(rp)*time.Second
+	return s, true, nil
+}
