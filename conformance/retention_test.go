@@ -59,7 +59,9 @@ func TestRetentionPrunes(t *testing.T) {
 		cfg.Retention = queue.Retention{Logs: 30 * 24 * time.Hour, Workers: 24 * time.Hour, Processes: 30 * 24 * time.Hour,
 			Every: 200 * time.Millisecond, Batch: 300}
 		startWorkers(t, db, 2, cfg, nil)
-		logsLeft := func() int { return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.logs WHERE process_name = 'old'`)) }
+		logsLeft := func() int {
+			return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.logs WHERE process_name = 'old'`))
+		}
 		waitFor(t, 60*time.Second, "the old rows pruned", func() bool {
 			return logsLeft() == 1 &&
 				db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.workers WHERE id = 'w-old'`)) == 0 &&

@@ -93,7 +93,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.StringSliceVar(&cfg.AllowExec, "allow-exec", nil, "programs that tasks of kind exec may run (comma-separated names on PATH or absolute paths); none by default")
 	schedulerFlags(f, &cfg) // --no-scheduler (schedule.go)
 	retentionFlags(f, &cfg.Retention)
-	metrics.add(f)          // --metrics-addr (metrics.go)
+	metrics.add(f) // --metrics-addr (metrics.go)
 	logs.add(cmd)
 	return cmd
 }
