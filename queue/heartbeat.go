@@ -27,6 +27,15 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	margin := min(w.cfg.Heartbeat/2, w.cfg.Lease/10)
 	deadline := time.NewTimer(w.cfg.Lease - margin)
 	defer deadline.Stop()
+	// A beat runs apart from this loop: while the database makes it wait (a
+	// lock, a stalled connection), the deadline must still fire on time. One
+	// beat at a time; a tick that finds one in flight is skipped.
+	type beatResult struct {
+		ok   bool
+		sent time.Time
+	}
+	done := make(chan beatResult, 1)
+	inFlight := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -37,14 +46,20 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 				w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
 			}
 			w.cancelAll()
-			continue
 		case <-ticker.C:
-		}
-		sent := time.Now()
-		if w.beat(ctx) {
-			deadline.Reset(w.cfg.Lease - margin - time.Since(sent))
-			if !w.healthy.Swap(true) {
-				w.log.Info().Msg("database reachable again; claiming resumes")
+			if inFlight {
+				continue
+			}
+			inFlight = true
+			sent := time.Now()
+			go func() { done <- beatResult{ok: w.beat(ctx), sent: sent} }()
+		case r := <-done:
+			inFlight = false
+			if r.ok {
+				deadline.Reset(w.cfg.Lease - margin - time.Since(r.sent))
+				if !w.healthy.Swap(true) {
+					w.log.Info().Msg("database reachable again; claiming resumes")
+				}
 			}
 		}
 	}
