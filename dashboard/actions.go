@@ -145,12 +145,18 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "confirm", v, http.StatusOK)
 		return
 	}
+	// Logs records who did it (operator actions write a row per task changed).
+	actor := s.cfg.Actor
+	if user, _, ok := r.BasicAuth(); ok && user != "" && s.cfg.Access.Required() {
+		actor = user + " via " + actor
+	}
+	r = r.WithContext(dialect.WithActor(r.Context(), actor))
 	msg, err := def.run(s, r, target, value)
 	ev := s.cfg.Logger.Info()
 	if err != nil {
 		ev = s.cfg.Logger.Warn().Str("error", err.Error())
 	}
-	ev.Str("action", name).Str("target", target).Str("remote", r.RemoteAddr).Msg("dashboard action")
+	ev.Str("action", name).Str("target", target).Str("actor", actor).Str("remote", r.RemoteAddr).Msg("dashboard action")
 	if err != nil {
 		if errors.Is(err, dialect.ErrNotFound) || errors.Is(err, dialect.ErrWrongState) || errors.Is(err, dialect.ErrInvalid) {
 			s.fail(w, r, err)

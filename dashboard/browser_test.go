@@ -373,7 +373,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		// Actions change the queue: raise the limit the capped task waits on.
 		run(t, b, "open limits", chromedp.Navigate(base+"/limits"), chromedp.WaitVisible(chromedp.CSS(`tr[data-limit="erp-api"]`)))
 		shot(t, b, dir, name+"-limits.png")
-		run(t, b, "type the new maximum", chromedp.SetValue(chromedp.CSS(`tr[data-limit="erp-api"] input[name="value"]`), "2"))
+		// Typed as a person types (key events): the page stops refreshing the form.
+		// Focused, the field is left alone by live updates; typing marks the form edited.
+		click(t, b, `tr[data-limit="erp-api"] input[name="value"]`)
+		get(t, b, "select the old value", chromedp.Evaluate[bool](`(document.activeElement.select(), document.activeElement.name === "value")`))
+		run(t, b, "type the new maximum", chromedp.SendKeys(chromedp.CSS(`tr[data-limit="erp-api"] input[name="value"]`), "2"))
 		msg = confirmAction(t, b, `tr[data-limit="erp-api"] button`, "Set limit erp-api to 2?")
 		mustContain(t, "the limit outcome", msg, `limit "erp-api" set to 2`)
 		if l, err := op.LimitGet(ctx, "erp-api"); err != nil || l.Max != 2 {
@@ -395,10 +399,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		run(t, b, "open broken", chromedp.Navigate(base+"/tasks?process=broken"), chromedp.WaitVisible(chromedp.CSS("table.tasks")))
 		msg = confirmAction(t, b, `button[data-action="task-discard"]`, "Discard task")
 		mustContain(t, "the discard outcome", msg, "discarded")
+		failed, err := d.LogList(ctx, dialect.LogFilter{Process: "broken", Outcome: dialect.OutcomeDiscarded})
+		if err != nil || len(failed) != 1 || !strings.HasPrefix(failed[0].WorkerID, "dashboard@") {
+			t.Errorf("the discard's Logs row: %+v %v (want one, by dashboard@host)", failed, err)
+		}
 		waitFor(t, 30*time.Second, "broken's later stage runs after the discard", func() (bool, error) {
 			ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: "broken"})
 			return err == nil && ps[0].State == dialect.ProcessSucceeded, err
 		})
+		run(t, b, "open broken's timeline", chromedp.Navigate(base+"/process/broken?window=all"), chromedp.WaitVisible(chromedp.CSS("#timeline")))
+		if n := count(t, b, `#timeline g.attempt[data-outcome="discarded"] path.auditmark`); n != 1 {
+			t.Errorf("broken's timeline shows %d discard marks, want 1", n)
+		}
+		shot(t, b, dir, name+"-process-broken.png")
 		// Cancelling the confirmation changes nothing.
 		run(t, b, "open processes", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-process="late-arrival"]`)))
 		click(t, b, `button[data-action="process-cancel"][data-target="late-arrival"]`)

@@ -195,7 +195,7 @@ func parseCursor(s string) (logCursor, bool) {
 }
 
 var outcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
-	dialect.OutcomeAbandoned, dialect.OutcomeReleased}
+	dialect.OutcomeAbandoned, dialect.OutcomeReleased, dialect.OutcomeRetried, dialect.OutcomeDiscarded, dialect.OutcomeCancelled}
 
 func (s *Server) logs(r *http.Request) (string, any, error) {
 	q := r.URL.Query()

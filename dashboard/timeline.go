@@ -62,6 +62,7 @@ type AttemptRow struct {
 	Attempt  int
 	Abandon  bool
 	Running  bool
+	Audit    bool // an operator's action (retried, discarded, cancelled), not an attempt
 	EndX     float64
 	TextX    float64
 	Duration string
@@ -83,10 +84,11 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 		if a.TaskID != b.TaskID {
 			return a.TaskID < b.TaskID
 		}
-		if a.Attempt != b.Attempt {
-			return a.Attempt < b.Attempt
+		// By time, not attempt: an operator's retry starts the attempts over.
+		if !a.StartedAt.Equal(b.StartedAt) {
+			return a.StartedAt.Before(b.StartedAt)
 		}
-		return a.StartedAt.Before(b.StartedAt)
+		return a.ID < b.ID
 	})
 	if len(es) > tlMaxRows {
 		tl.Truncated = len(es) - tlMaxRows
@@ -122,12 +124,15 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 		for j < len(es) && es[j].Order == es[i].Order {
 			j++
 		}
-		band := StageBand{Order: es[i].Order, Y: y, X1: x(es[i].StartedAt), X2: x(end(es[i])), Attempts: j - i}
+		band := StageBand{Order: es[i].Order, Y: y, X1: x(es[i].StartedAt), X2: x(end(es[i]))}
 		first, last := es[i].StartedAt, end(es[i])
 		tasks := map[int64]bool{}
 		y += tlHeader
 		for _, e := range es[i:j] {
 			tasks[e.TaskID] = true
+			if !isAudit(e.Outcome) {
+				band.Attempts++
+			}
 			if e.StartedAt.Before(first) {
 				first = e.StartedAt
 			}
@@ -141,7 +146,12 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 			r.TextX = r.X + r.W + 4
 			r.Duration = fmtDur(end(e).Sub(e.StartedAt))
 			r.Label = fmt.Sprintf("task %d · attempt %d · %s", e.TaskID, e.Attempt, clip(e.WorkerID, 18))
+			r.Audit = isAudit(e.Outcome)
 			switch {
+			case r.Audit:
+				r.Label = fmt.Sprintf("task %d · %s", e.TaskID, clip(e.WorkerID, 26))
+				r.Marker = string(e.Outcome) + " by an operator"
+				r.W, r.Retry, r.Duration, r.TextX = 0, false, "", r.X+10
 			case r.Abandon:
 				r.Marker = "abandoned"
 			case e.Outcome == dialect.OutcomeFailed && e.RetryAt != nil:
@@ -168,6 +178,11 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 	}
 	tl.Height = y + 6
 	return tl
+}
+
+// isAudit tells an operator's Logs row from an attempt's.
+func isAudit(o dialect.Outcome) bool {
+	return o == dialect.OutcomeRetried || o == dialect.OutcomeDiscarded || o == dialect.OutcomeCancelled
 }
 
 func endLabel(e dialect.LogEntry) string {

@@ -1,8 +1,8 @@
 // Live updates: every data-refresh milliseconds the page fetches itself with
 // the X-Stageq-Partial header and swaps in the new content block, so counts,
 // bars and the timeline move without a reload. It skips a turn while the
-// user types in a form field or the tab is hidden, and never runs on the
-// confirmation page (its refresh is 0).
+// user types in a form field or the tab is hidden, stops once a form of the
+// page was edited, and never runs on the confirmation page (its refresh is 0).
 (function () {
   var body = document.body;
   var every = parseInt(body.getAttribute('data-refresh') || '0', 10);
@@ -11,12 +11,16 @@
   if (!every || !main) return;
   var busy = false;
   var last = main.innerHTML;
+  // Once the user types into a form of the page, its content stays as it is
+  // (a half-typed value is never replaced) until the page is left.
+  var dirty = false;
+  main.addEventListener('input', function () { dirty = true; });
   function editing() {
     var a = document.activeElement;
     return a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
   }
   function tick() {
-    if (busy || document.hidden || editing()) return;
+    if (busy || dirty || document.hidden || editing()) return;
     busy = true;
     fetch(location.href, { headers: { 'X-Stageq-Partial': '1' }, credentials: 'same-origin', cache: 'no-store' })
       .then(function (r) {
