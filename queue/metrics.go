@@ -74,7 +74,7 @@ func NewMetrics(o MetricsOptions) *Metrics {
 		rescued: prometheus.NewCounter(prometheus.CounterOpts{Name: "stageq_worker_rescued_tasks_total",
 			Help: "Tasks whose lease had expired (a dead or stalled worker's) that this worker returned to the queue."}),
 		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stageq_worker_schedule_ticks_total",
-			Help: "Schedule ticks this worker handled, by outcome: enqueued, caught-up, missed, skipped."}, []string{"outcome"}),
+			Help: "Schedule ticks this worker handled, by outcome: enqueued, caught-up, missed, skipped, failed."}, []string{"outcome"}),
 		processes: labelCap{max: o.MaxProcesses},
 		kinds:     labelCap{max: maxKinds},
 	}
