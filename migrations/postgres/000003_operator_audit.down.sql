@@ -1,3 +1,5 @@
+-- stageq.validate_tasks and its helpers stay: migration 000002's stageq.submit
+-- calls it, and the stricter body refuses nothing the CLI accepts.
 DROP TABLE IF EXISTS stageq.prune_status;
 DROP INDEX IF EXISTS stageq.processes_finished;
 DELETE FROM stageq.schedule_runs WHERE outcome = 'failed';
