@@ -124,13 +124,11 @@ func TestStageOrder(t *testing.T) {
 					overlapped++
 				}
 			}
-			pi, err := db.D.ProcessGet(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pi.State != dialect.ProcessSucceeded {
-				t.Errorf("process %s is %s, want succeeded", name, pi.State)
-			}
+			// The last stage's end is derived once its completion committed.
+			waitFor(t, 10*time.Second, "process "+name+" to succeed", func() bool {
+				pi, err := db.D.ProcessGet(ctx, name)
+				return err == nil && pi.State == dialect.ProcessSucceeded
+			})
 		}
 		if overlapped < 6 {
 			t.Errorf("same-order tasks overlapped in only %d of 12 stages; stages should run in parallel", overlapped)
@@ -312,7 +310,7 @@ func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
 				if outcome == dialect.OutcomeFailed {
 					fp.RetryAfter = time.Millisecond
 				}
-				if err := db.D.TaskFinish(ctx, db.D.DB(), fp); err != nil {
+				if err := db.finish(ctx, fp); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -334,7 +332,7 @@ func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
 			if err != nil || len(next) != 1 || next[0].Order != 100 {
 				t.Fatalf("%s: next claim = %+v, %v; want only the order-100 task", outcome, next, err)
 			}
-			if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: next[0].ID, Token: int64(200 + i), Outcome: dialect.OutcomeSucceeded}); err != nil {
+			if err := db.finish(ctx, dialect.FinishParams{TaskID: next[0].ID, Token: int64(200 + i), Outcome: dialect.OutcomeSucceeded}); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(5 * time.Millisecond) // the retry's run_at
@@ -342,7 +340,7 @@ func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
 			if err != nil || len(last) != 1 || last[0].ID != high {
 				t.Fatalf("%s: after the lower stage, claim = %+v, %v; want the handed-back task", outcome, last, err)
 			}
-			if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: high, Token: int64(300 + i), Outcome: dialect.OutcomeSucceeded}); err != nil {
+			if err := db.finish(ctx, dialect.FinishParams{TaskID: high, Token: int64(300 + i), Outcome: dialect.OutcomeSucceeded}); err != nil {
 				t.Fatal(err)
 			}
 		}

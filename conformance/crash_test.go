@@ -80,14 +80,14 @@ func TestFenceRejectsZombie(t *testing.T) {
 		if err != nil || len(heir) != 1 || heir[0].Attempt != 2 {
 			t.Fatalf("heir claim = %+v, %v", heir, err)
 		}
-		err = db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: id, Token: 111, Outcome: dialect.OutcomeFailed, Error: "zombie says no"})
+		err = db.finish(ctx, dialect.FinishParams{TaskID: id, Token: 111, Outcome: dialect.OutcomeFailed, Error: "zombie says no"})
 		if !errors.Is(err, dialect.ErrLeaseLost) {
 			t.Fatalf("zombie finish: err = %v, want ErrLeaseLost", err)
 		}
 		if held, err := db.D.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "zombie", Lease: time.Minute}); err != nil || len(held) != 0 {
 			t.Fatalf("zombie still extends %v (%v)", held, err)
 		}
-		if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: id, Token: 333, Outcome: dialect.OutcomeSucceeded}); err != nil {
+		if err := db.finish(ctx, dialect.FinishParams{TaskID: id, Token: 333, Outcome: dialect.OutcomeSucceeded}); err != nil {
 			t.Fatalf("heir finish: %v", err)
 		}
 		entries := db.logs(t, dialect.LogFilter{TaskID: id})

@@ -405,3 +405,33 @@ func plan(process string, kind string, orders []int, bodies func(order, i int) s
 func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
+
+// finish records an attempt's end as the worker does: TaskFinish, then, once
+// it committed, the stage advance of the task's process where the dialect
+// leaves that to after the commit (dialect.StageAdvancer).
+func (db *testDB) finish(ctx context.Context, fp dialect.FinishParams) error {
+	sa, advances := db.D.(dialect.StageAdvancer)
+	var pid int64
+	if advances {
+		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{})
+		if err != nil {
+			return err
+		}
+		for _, tk := range tasks {
+			if tk.ID == fp.TaskID {
+				p, err := db.D.ProcessGet(ctx, tk.Process)
+				if err != nil {
+					return err
+				}
+				pid = p.ID
+			}
+		}
+	}
+	if err := db.D.TaskFinish(ctx, db.D.DB(), fp); err != nil {
+		return err
+	}
+	if advances && pid != 0 {
+		return sa.StagesAdvance(ctx, []int64{pid})
+	}
+	return nil
+}

@@ -75,22 +75,31 @@ func (f *failingFinisher) TaskFinish(ctx context.Context, q dialect.Querier, p d
 	return f.Dialect.TaskFinish(ctx, q, p)
 }
 
-func (f *failingFinisher) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) ([]bool, error) {
+func (f *failingFinisher) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
 	if f.fail.Add(-1) >= 0 {
-		return nil, errInjected
+		return dialect.FinishResult{}, errInjected
 	}
 	if bf, ok := f.Dialect.(dialect.BatchFinisher); ok {
 		return bf.TaskFinishMany(ctx, ps)
 	}
-	held := make([]bool, len(ps))
+	res := dialect.FinishResult{Held: make([]bool, len(ps))}
 	for i, p := range ps {
 		err := f.Dialect.TaskFinish(ctx, f.Dialect.DB(), p)
 		if err != nil && !errors.Is(err, dialect.ErrLeaseLost) {
-			return nil, err
+			return dialect.FinishResult{}, err
 		}
-		held[i] = err == nil
+		res.Held[i] = err == nil
 	}
-	return held, nil
+	return res, nil
+}
+
+// StagesAdvance passes through: the wrapper must not hide that the real
+// dialect advances stages after its completions commit.
+func (f *failingFinisher) StagesAdvance(ctx context.Context, ids []int64) error {
+	if sa, ok := f.Dialect.(dialect.StageAdvancer); ok {
+		return sa.StagesAdvance(ctx, ids)
+	}
+	return nil
 }
 
 // TestFinishFailures: a result that cannot be recorded at first is recorded
@@ -147,10 +156,12 @@ func TestFinishFailures(t *testing.T) {
 			if n := len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})); n != c.attempts {
 				t.Errorf("%s: %d attempts logged, want %d", c.name, n, c.attempts)
 			}
-			pi, err := db.D.ProcessGet(ctx, process)
-			if err != nil || pi.State != dialect.ProcessSucceeded {
-				t.Errorf("%s: process %+v, %v; want succeeded", c.name, pi, err)
-			}
+			// The stage (and so the process) advances once the completion
+			// has committed, in a statement of its own.
+			waitFor(t, 10*time.Second, c.name+": the process to succeed", func() bool {
+				pi, err := db.D.ProcessGet(ctx, process)
+				return err == nil && pi.State == dialect.ProcessSucceeded
+			})
 		}
 	})
 }

@@ -77,10 +77,31 @@ type Notifier interface {
 // round trip; the worker then records results in batches. Each result is fenced
 // by its own token exactly as TaskFinish fences one.
 type BatchFinisher interface {
-	// TaskFinishMany ends the attempts in one transaction. held[i] reports
+	// TaskFinishMany ends the attempts in one transaction. Held[i] reports
 	// whether ps[i]'s token still held its task (false: nothing was changed
 	// for it, as ErrLeaseLost from TaskFinish).
-	TaskFinishMany(ctx context.Context, ps []FinishParams) (held []bool, err error)
+	TaskFinishMany(ctx context.Context, ps []FinishParams) (FinishResult, error)
+}
+
+// FinishResult is what a batch of finished attempts changed.
+type FinishResult struct {
+	Held []bool
+	// Advance lists the processes whose current stage the batch may have ended;
+	// with a StageAdvancer, pass them to StagesAdvance (the batch has committed).
+	Advance []int64
+}
+
+// StageAdvancer is implemented by dialects whose completions do not move a
+// process to its next stage themselves, so that finishing a task locks no
+// shared row: whoever commits the last task of a stage sees it empty afterwards
+// and advances it. The dialect's TaskRescueExpired repairs a stage left behind
+// by a worker that died between the two.
+type StageAdvancer interface {
+	// StagesAdvance re-derives the stage of each process whose current stage has
+	// no task left (or that has a task failed for good and does not say so yet).
+	// Call it after the transaction that finished the tasks has committed; it
+	// is idempotent and cheap for processes with nothing to do.
+	StagesAdvance(ctx context.Context, processIDs []int64) error
 }
 
 // AtomicExecer is implemented by dialects that must guard how an atomic task's
@@ -94,8 +115,9 @@ type AtomicExecer interface {
 // Task states in the Tasks table. Tasks that succeeded, were discarded or were
 // cancelled leave the table; their history stays in Logs.
 const (
-	StateBlocked   = "blocked"   // waiting for a lower ExecutionOrder of its process
-	StateAvailable = "available" // runnable at or after run_at
+	StateBlocked   = "blocked"   // waiting for a lower ExecutionOrder of its process (or a pause)
+	StateScheduled = "scheduled" // its stage is open; waiting for its run_at (PostgreSQL)
+	StateAvailable = "available" // may start now
 	StateRunning   = "running"   // leased to a worker
 	StateFailed    = "failed"    // out of attempts; blocks later stages
 )
@@ -180,10 +202,13 @@ type ClaimedTask struct {
 
 // FinishParams ends an attempt.
 type FinishParams struct {
-	TaskID  int64
-	Token   int64
-	Outcome Outcome // succeeded, failed or released
-	Error   string
+	TaskID int64
+	Token  int64
+	// ProcessID is the task's process, whose stage a StageAdvancer moves on
+	// after the finish committed (zero: unknown, left to the rescue pass).
+	ProcessID int64
+	Outcome   Outcome // succeeded, failed or released
+	Error     string
 	// RetryAfter, with OutcomeFailed, schedules another attempt after this delay;
 	// zero means the task has failed for good.
 	RetryAfter time.Duration

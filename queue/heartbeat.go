@@ -41,7 +41,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
-			w.cfg.Metrics.leasesLost(w.runningCount())
+			w.cfg.Metrics.leasesLost(w.heldCount())
 			if w.healthy.Swap(false) {
 				w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
 			}

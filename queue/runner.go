@@ -13,21 +13,23 @@ import (
 // the task's own context was cancelled.
 const finishTimeout = 30 * time.Second
 
-// runTask runs one attempt and records how it ended.
-func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask) {
+// runTask runs one attempt and records how it ended. It calls bodyDone when the
+// body has ended, before the end is recorded, to give the slot back.
+func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask, bodyDone func()) {
 	log := w.log.With().Int64("task_id", t.ID).Str("process", t.Process).Int("stage", t.Order).
 		Int("attempt", t.Attempt).Str("kind", t.Kind).Logger()
 	log.Debug().Msg("task started")
 	began := time.Now()
 
 	finished, runErr := w.execute(ctx, t)
+	bodyDone()
 	if finished {
 		w.cfg.Metrics.ended(t, dialect.OutcomeSucceeded, time.Since(began))
 		log.Info().Dur("took", time.Since(began)).Msg("task succeeded")
 		return
 	}
 
-	fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token}
+	fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token, ProcessID: t.ProcessID}
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errLeaseLost):
@@ -152,5 +154,6 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask) (bool
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("commit: %w", err)
 	}
+	w.advance(context.WithoutCancel(ctx), []int64{t.ProcessID})
 	return true, nil
 }

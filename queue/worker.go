@@ -123,7 +123,12 @@ type Worker struct {
 	handlers map[string]Handler
 
 	mu      sync.Mutex
-	running map[dialect.TaskLease]context.CancelCauseFunc // attempt (task, token) -> cancel of its run
+	running map[dialect.TaskLease]context.CancelCauseFunc // attempt (task, token) -> cancel of its run, until its end is recorded
+	// executing counts the attempts whose body is still running: the worker's
+	// capacity is spent on these. An attempt whose body has ended waits for the
+	// finisher to record it without holding a slot, so claims and completions
+	// overlap; it stays in running (its lease extended) until recorded.
+	executing int
 
 	slotFree chan struct{}  // a task ended
 	wake     chan struct{}  // work may be available (notification, rescue)
@@ -147,7 +152,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 	}
 	w.healthy.Store(true)
-	cfg.Metrics.observeRunning(w.runningCount)
+	cfg.Metrics.observeRunning(w.executingCount)
 	return w, nil
 }
 
@@ -253,7 +258,7 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 		if ctx.Err() != nil {
 			return nil
 		}
-		free := w.cfg.Concurrency - w.runningCount()
+		free := w.freeSlots()
 		claimed := 0
 		if free > 0 && w.healthy.Load() {
 			began := time.Now()
@@ -272,7 +277,7 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 			}
 			claimed = len(got)
 		}
-		if claimed > 0 || w.runningCount() > 0 {
+		if claimed > 0 || w.heldCount() > 0 {
 			lastWork = time.Now()
 		}
 		if claimed > 0 {
@@ -281,7 +286,7 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 				continue // there may be more; the next pass finds out
 			}
 		}
-		if w.cfg.ExitWhenIdle > 0 && w.runningCount() == 0 && time.Since(lastWork) >= w.cfg.ExitWhenIdle {
+		if w.cfg.ExitWhenIdle > 0 && w.heldCount() == 0 && time.Since(lastWork) >= w.cfg.ExitWhenIdle {
 			w.log.Info().Dur("idle", w.cfg.ExitWhenIdle).Msg("queue idle; exiting")
 			return nil
 		}
@@ -314,22 +319,52 @@ func (w *Worker) start(taskCtx context.Context, tasks *sync.WaitGroup, t dialect
 	w.mu.Lock()
 	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	w.running[key] = cancel
+	w.executing++
 	w.mu.Unlock()
 	tasks.Add(1)
 	go func() {
 		defer tasks.Done()
+		var once sync.Once
+		bodyDone := func() {
+			once.Do(func() {
+				w.mu.Lock()
+				w.executing--
+				w.mu.Unlock()
+				signal(w.slotFree)
+			})
+		}
 		defer func() {
+			bodyDone()
 			w.mu.Lock()
 			delete(w.running, key)
 			w.mu.Unlock()
 			cancel(nil)
 			signal(w.slotFree)
 		}()
-		w.runTask(runCtx, t)
+		w.runTask(runCtx, t, bodyDone)
 	}()
 }
 
-func (w *Worker) runningCount() int {
+// freeSlots is how many more tasks the worker may claim: its concurrency less
+// the bodies executing, and never more than twice its concurrency held in all
+// (bodies whose end is still being recorded included), so a database that
+// records results slowly slows claims down too.
+func (w *Worker) freeSlots() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(0, min(w.cfg.Concurrency-w.executing, 2*w.cfg.Concurrency-len(w.running)))
+}
+
+// executingCount is the attempts whose body is running.
+func (w *Worker) executingCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.executing
+}
+
+// heldCount is the attempts the worker holds: executing, or waiting for their
+// end to be recorded.
+func (w *Worker) heldCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.running)
@@ -340,7 +375,7 @@ func (w *Worker) runningCount() int {
 func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) {
 	done := make(chan struct{})
 	go func() { tasks.Wait(); close(done) }()
-	if n := w.runningCount(); n > 0 {
+	if n := w.heldCount(); n > 0 {
 		w.log.Info().Int("running", n).Dur("grace", w.cfg.ShutdownGrace).Msg("waiting for running tasks")
 	}
 	select {
@@ -348,7 +383,7 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 		return
 	case <-time.After(w.cfg.ShutdownGrace):
 	}
-	w.log.Warn().Int("running", w.runningCount()).Msg("grace period over; releasing running tasks")
+	w.log.Warn().Int("running", w.heldCount()).Msg("grace period over; releasing running tasks")
 	cancelTasks(errShutdown)
 	<-done
 }

@@ -8,11 +8,11 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// finishSQL calls stageq.finish (migrations/postgres), which checks the fence,
-// locks the process row, ends the attempt in Tasks and Logs and opens the next
-// stage when this was the last task of the current one. In: task id, token,
-// outcome, error text, retry delay in ms (NULL: failed for good). Out: whether
-// the token still held the task.
+// finishSQL calls stageq.finish (migrations/postgres/000002_hot_path.up.sql),
+// which checks the fence and ends the attempt in Tasks and Logs without locking
+// the process row. In: task id, token, outcome, error text, retry delay in ms
+// (NULL: failed for good). Out: whether the token still held the task. The
+// caller advances the process's stage once its transaction committed.
 const finishSQL = `SELECT stageq.finish($1, $2, $3, $4, $5)`
 
 // TaskFinish implements dialect.Dialect.
@@ -35,13 +35,16 @@ func (p *Postgres) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect
 	return nil
 }
 
-// finishManySQL calls stageq.finish_many (migrations/postgres), the batch form of
-// stageq.finish: parallel arrays of task ids, tokens, outcomes, errors (” for
-// none) and retry delays in ms (0: failed for good). Out: the ids still held.
-const finishManySQL = `SELECT id FROM stageq.finish_many($1, $2, $3, $4, $5) AS f(id)`
+// finishManySQL calls stageq.finish_many, the batch form of stageq.finish:
+// parallel arrays of task ids, tokens, outcomes, errors (” for none) and retry
+// delays in ms (0: failed for good). Out: a row (id, NULL) per attempt whose
+// token still held, and a row (NULL, process id) per process whose stage the
+// batch may have ended.
+const finishManySQL = `SELECT task_id, advance_process_id FROM stageq.finish_many($1, $2, $3, $4, $5)`
 
 // TaskFinishMany implements dialect.BatchFinisher.
-func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) ([]bool, error) {
+func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
+	var res dialect.FinishResult
 	ids := make([]int64, len(ps))
 	tokens := make([]int64, len(ps))
 	outcomes := make([]string, len(ps))
@@ -55,23 +58,44 @@ func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams
 	}
 	rows, err := p.db.QueryContext(ctx, finishManySQL, ids, tokens, outcomes, errs, retries)
 	if err != nil {
-		return nil, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+		return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
 	}
 	defer rows.Close()
 	held := map[int64]bool{}
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+		var id, pid sql.NullInt64
+		if err := rows.Scan(&id, &pid); err != nil {
+			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
 		}
-		held[id] = true
+		if id.Valid {
+			held[id.Int64] = true
+		}
+		if pid.Valid {
+			res.Advance = append(res.Advance, pid.Int64)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+		return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
 	}
-	out := make([]bool, len(ps))
+	res.Held = make([]bool, len(ps))
 	for i, fp := range ps {
-		out[i] = held[fp.TaskID]
+		res.Held[i] = held[fp.TaskID]
 	}
-	return out, nil
+	return res, nil
+}
+
+// advanceSQL calls stageq.advance: in, process ids whose stage may have ended;
+// out, how many it re-derived.
+const advanceSQL = `SELECT stageq.advance($1)`
+
+// StagesAdvance implements dialect.StageAdvancer.
+func (p *Postgres) StagesAdvance(ctx context.Context, processIDs []int64) error {
+	if len(processIDs) == 0 {
+		return nil
+	}
+	var n int
+	if err := p.db.QueryRowContext(ctx, advanceSQL, processIDs).Scan(&n); err != nil {
+		return fmt.Errorf("advance stages of %d processes: %w", len(processIDs), mapErr(err))
+	}
+	return nil
 }

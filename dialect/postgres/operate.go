@@ -38,40 +38,28 @@ const (
 	lockProcessSQL     = `SELECT id FROM stageq.processes WHERE name = $1 FOR UPDATE`
 	lockProcessByIDSQL = `SELECT id FROM stageq.processes WHERE id = $1 FOR UPDATE`
 	openStageSQL       = `SELECT stageq.open_stage($1)`
-	refreshSQL         = `SELECT stageq.refresh_process($1)`
 
-	// In: id, priority, weight, max_parallel (NULL: unchanged; 0: no cap).
-	configureSQL = `
-UPDATE stageq.processes
-   SET priority = coalesce($2, priority),
-       weight = coalesce($3, weight),
-       max_parallel = CASE WHEN $4::int IS NULL THEN max_parallel WHEN $4::int = 0 THEN NULL ELSE $4::int END,
-       updated_at = now()
- WHERE id = $1`
+	// In: id, priority, weight, max_parallel (NULL: unchanged; 0: no cap);
+	// stageq.configure also passes a new priority or weight on to the tasks
+	// already waiting.
+	configureSQL = `SELECT stageq.configure($1, $2, $3, $4)`
 
 	pauseSQL = `UPDATE stageq.processes SET paused = $2, updated_at = now() WHERE id = $1`
 
-	// A retried task starts over with fresh attempts, available when its stage is
-	// the open one. In: process id.
+	// A retried task starts over with fresh attempts. It waits blocked until
+	// stageq.open_stage (run next, in the same transaction) makes it available
+	// and stamps its turn, when its stage is the open one. In: process id.
 	retryProcessSQL = `
-UPDATE stageq.tasks t
-   SET state = CASE WHEN t.execution_order = p.current_order THEN 'available' ELSE 'blocked' END,
-       attempt = 0, run_at = now()
-  FROM stageq.processes p
- WHERE p.id = t.process_id AND t.process_id = $1 AND t.state = 'failed'`
+UPDATE stageq.tasks SET state = 'blocked', attempt = 0, run_at = now()
+ WHERE process_id = $1 AND state = 'failed'`
 	discardProcessSQL = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state = 'failed'`
 	cancelProcessSQL  = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state <> 'running'`
 	runningProcessSQL = `SELECT count(*) FROM stageq.tasks WHERE process_id = $1 AND state = 'running'`
 
 	taskProcessSQL = `SELECT process_id FROM stageq.tasks WHERE id = $1`
 	taskLockSQL    = `SELECT state, coalesce(worker_id, '') FROM stageq.tasks WHERE id = $1 FOR UPDATE`
-	retryTaskSQL   = `
-UPDATE stageq.tasks t
-   SET state = CASE WHEN t.execution_order = p.current_order THEN 'available' ELSE 'blocked' END,
-       attempt = 0, run_at = now()
-  FROM stageq.processes p
- WHERE p.id = t.process_id AND t.id = $1`
-	deleteTaskSQL = `DELETE FROM stageq.tasks WHERE id = $1`
+	retryTaskSQL   = `UPDATE stageq.tasks SET state = 'blocked', attempt = 0, run_at = now() WHERE id = $1`
+	deleteTaskSQL  = `DELETE FROM stageq.tasks WHERE id = $1`
 
 	// Operator actions leave a Logs row per task they change, written before the
 	// change under the same locks. In: process id (or task id), who, outcome,
@@ -296,7 +284,7 @@ SELECT id, name, state, paused, current_order, priority, weight, max_parallel
 // stageCountSQL counts the tasks in the queue per process, stage and state.
 const stageCountSQL = `
 SELECT t.process_id, t.execution_order,
-       count(*) FILTER (WHERE t.state IN ('blocked', 'available')),
+       count(*) FILTER (WHERE t.state IN ('blocked', 'scheduled', 'available')),
        count(*) FILTER (WHERE t.state = 'running'),
        count(*) FILTER (WHERE t.state = 'failed')
   FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id

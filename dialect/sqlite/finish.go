@@ -69,8 +69,9 @@ func (s *SQLite) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect.F
 
 // TaskFinishMany implements dialect.BatchFinisher: one write transaction for the
 // whole batch (one turn of SQLite's write lock instead of one per task), and one
-// openStage per process touched.
-func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) ([]bool, error) {
+// openStage per process touched. SQLite has one writer at a time, so the stage
+// advances inside the same transaction and nothing is left to StagesAdvance.
+func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
 	held := make([]bool, len(ps))
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
 		var processes []int64
@@ -97,9 +98,9 @@ func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+		return dialect.FinishResult{}, fmt.Errorf("finish %d tasks: %w", len(ps), err)
 	}
-	return held, nil
+	return dialect.FinishResult{Held: held}, nil
 }
 
 // finishOne ends one attempt inside the caller's write transaction and returns
