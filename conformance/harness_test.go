@@ -431,7 +431,8 @@ func (db *testDB) finish(ctx context.Context, fp dialect.FinishParams) error {
 		return err
 	}
 	if advances && pid != 0 {
-		return sa.StagesAdvance(ctx, []int64{pid})
+		_, err := sa.StagesAdvance(ctx, []int64{pid})
+		return err
 	}
 	return nil
 }

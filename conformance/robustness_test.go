@@ -95,11 +95,11 @@ func (f *failingFinisher) TaskFinishMany(ctx context.Context, ps []dialect.Finis
 
 // StagesAdvance passes through: the wrapper must not hide that the real
 // dialect advances stages after its completions commit.
-func (f *failingFinisher) StagesAdvance(ctx context.Context, ids []int64) error {
+func (f *failingFinisher) StagesAdvance(ctx context.Context, ids []int64) ([]int64, error) {
 	if sa, ok := f.Dialect.(dialect.StageAdvancer); ok {
 		return sa.StagesAdvance(ctx, ids)
 	}
-	return nil
+	return nil, nil
 }
 
 // TestFinishFailures: a result that cannot be recorded at first is recorded

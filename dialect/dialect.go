@@ -100,8 +100,10 @@ type StageAdvancer interface {
 	// StagesAdvance re-derives the stage of each process whose current stage has
 	// no task left (or that has a task failed for good and does not say so yet).
 	// Call it after the transaction that finished the tasks has committed; it
-	// is idempotent and cheap for processes with nothing to do.
-	StagesAdvance(ctx context.Context, processIDs []int64) error
+	// is idempotent and cheap for processes with nothing to do. It never waits
+	// for a process row: busy lists the processes another transaction holds,
+	// to try again shortly (on error, all of them).
+	StagesAdvance(ctx context.Context, processIDs []int64) (busy []int64, err error)
 }
 
 // AtomicExecer is implemented by dialects that must guard how an atomic task's

@@ -42,7 +42,7 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 		res, err := bf.TaskFinishMany(fctx, ps)
 		cancel()
 		if err == nil {
-			w.advance(ctx, res.Advance)
+			w.advance(res.Advance)
 		}
 		for i, r := range batch {
 			switch {
@@ -57,21 +57,6 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 	}
 }
 
-// advance moves processes whose stage the committed batch may have ended to
-// their next stage (dialect.StageAdvancer). A failure is only logged: the
-// results are recorded, and the rescue pass repairs a stage left behind.
-func (w *Worker) advance(ctx context.Context, processIDs []int64) {
-	sa, ok := w.d.(dialect.StageAdvancer)
-	if !ok || len(processIDs) == 0 {
-		return
-	}
-	actx, cancel := context.WithTimeout(ctx, finishTimeout)
-	defer cancel()
-	if err := sa.StagesAdvance(actx, processIDs); err != nil {
-		w.log.Warn().Err(err).Ints64("processes", processIDs).Msg("could not advance stages; the rescue pass will")
-	}
-}
-
 // finish records an attempt's end: through the batching finisher when there is
 // one, otherwise directly.
 func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
@@ -81,7 +66,7 @@ func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 			return err
 		}
 		if fp.ProcessID != 0 {
-			w.advance(ctx, []int64{fp.ProcessID})
+			w.advance([]int64{fp.ProcessID})
 		}
 		return nil
 	}

@@ -154,6 +154,6 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask) (bool
 	if err := tx.Commit(); err != nil {
 		return false, fmt.Errorf("commit: %w", err)
 	}
-	w.advance(context.WithoutCancel(ctx), []int64{t.ProcessID})
+	w.advance([]int64{t.ProcessID})
 	return true, nil
 }

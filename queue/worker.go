@@ -133,6 +133,7 @@ type Worker struct {
 	slotFree chan struct{}  // a task ended
 	wake     chan struct{}  // work may be available (notification, rescue)
 	finishes chan finishReq // to finishLoop, when the dialect records results in batches
+	advances chan []int64   // to advanceLoop, when the dialect advances stages after completions commit
 	healthy  atomic.Bool    // heartbeats reach the database
 	started  atomic.Bool
 }
@@ -222,7 +223,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer bg.Done(); w.schedulerLoop(ctx, bgCtx) }()
 	}
 
-	var finisher sync.WaitGroup
+	var finisher, advancer sync.WaitGroup
+	if sa, ok := w.d.(dialect.StageAdvancer); ok {
+		w.advances = make(chan []int64, 4*w.cfg.Concurrency)
+		advancer.Add(1)
+		go func() { defer advancer.Done(); w.advanceLoop(context.WithoutCancel(ctx), sa, w.advances) }()
+	}
 	if bf, ok := w.d.(dialect.BatchFinisher); ok {
 		w.finishes = make(chan finishReq, w.cfg.Concurrency)
 		finisher.Add(1)
@@ -236,6 +242,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.finishes != nil { // every task has recorded its end by now
 		close(w.finishes)
 		finisher.Wait()
+	}
+	if w.advances != nil {
+		close(w.advances)
+		advancer.Wait()
 	}
 	stopBackground()
 	bg.Wait()

@@ -85,17 +85,29 @@ func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams
 }
 
 // advanceSQL calls stageq.advance: in, process ids whose stage may have ended;
-// out, how many it re-derived.
-const advanceSQL = `SELECT stageq.advance($1)`
+// out, those whose row another transaction holds (not advanced yet).
+const advanceSQL = `SELECT id FROM stageq.advance($1) AS a(id)`
 
 // StagesAdvance implements dialect.StageAdvancer.
-func (p *Postgres) StagesAdvance(ctx context.Context, processIDs []int64) error {
+func (p *Postgres) StagesAdvance(ctx context.Context, processIDs []int64) ([]int64, error) {
 	if len(processIDs) == 0 {
-		return nil
+		return nil, nil
 	}
-	var n int
-	if err := p.db.QueryRowContext(ctx, advanceSQL, processIDs).Scan(&n); err != nil {
-		return fmt.Errorf("advance stages of %d processes: %w", len(processIDs), mapErr(err))
+	rows, err := p.db.QueryContext(ctx, advanceSQL, processIDs)
+	if err != nil {
+		return processIDs, fmt.Errorf("advance stages of %d processes: %w", len(processIDs), mapErr(err))
 	}
-	return nil
+	defer rows.Close()
+	var busy []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return processIDs, fmt.Errorf("advance stages: %w", err)
+		}
+		busy = append(busy, id)
+	}
+	if err := rows.Err(); err != nil {
+		return processIDs, fmt.Errorf("advance stages: %w", mapErr(err))
+	}
+	return busy, nil
 }

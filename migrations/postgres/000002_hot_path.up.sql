@@ -187,13 +187,13 @@ END $$;
 -- failed for good and the process does not say so yet), it locks the process
 -- row and re-derives its stage. Committing the last task of a stage and then
 -- looking means that of two completions racing for a stage's last two tasks, at
--- least the one that committed last sees none left. Idempotent. Returns how
--- many processes it re-derived.
-CREATE FUNCTION stageq.advance(p_process_ids bigint[]) RETURNS int
+-- least the one that committed last sees none left. Idempotent. It never waits:
+-- it returns the processes whose row another transaction holds (a submission
+-- still open, say), for the caller to try again shortly.
+CREATE FUNCTION stageq.advance(p_process_ids bigint[]) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_pid bigint;
-    v_n   int := 0;
 BEGIN
     FOR v_pid IN
         SELECT p.id FROM stageq.processes p
@@ -204,11 +204,13 @@ BEGIN
                                                     WHERE t.process_id = p.id AND t.state = 'failed')))
          ORDER BY p.id
     LOOP
-        PERFORM 1 FROM stageq.processes WHERE id = v_pid FOR UPDATE;
-        PERFORM stageq.open_stage(v_pid);
-        v_n := v_n + 1;
+        PERFORM 1 FROM stageq.processes WHERE id = v_pid FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            PERFORM stageq.open_stage(v_pid);
+        ELSE
+            RETURN NEXT v_pid;
+        END IF;
     END LOOP;
-    RETURN v_n;
 END $$;
 
 -- stageq.submit inserts a batch of tasks into one process in the caller's
@@ -648,7 +650,7 @@ BEGIN
                                 WHERE t.process_id = p.id AND t.execution_order = p.current_order))
          LIMIT p_max) p;
     IF v_pids IS NOT NULL THEN
-        n := n + stageq.advance(v_pids);
+        PERFORM count(*) FROM stageq.advance(v_pids);
     END IF;
     RETURN n;
 END $$;
