@@ -96,7 +96,7 @@ func (s *Server) explainTasks(ctx context.Context, tasks []dialect.TaskInfo) ([]
 }
 
 // taskStates are the states offered by the filter; the list shows any state.
-var taskStates = []string{dialect.StateBlocked, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
+var taskStates = []string{dialect.StateBlocked, dialect.StateScheduled, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
 
 func (s *Server) tasks(r *http.Request) (string, any, error) {
 	q := r.URL.Query()

@@ -195,7 +195,7 @@ func newTasksCommand(dsn *string) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.Process, "process", "", "only this process")
-	fl.StringVar(&f.State, "state", "", "only this state: blocked, available, running, failed")
+	fl.StringVar(&f.State, "state", "", "only this state: blocked, scheduled (PostgreSQL), available, running, failed")
 	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -203,7 +203,7 @@ func newTasksCommand(dsn *string) *cobra.Command {
 
 // taskStates and logOutcomes are the values the --state and --outcome filters accept.
 var (
-	taskStates  = []string{dialect.StateBlocked, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
+	taskStates  = []string{dialect.StateBlocked, dialect.StateScheduled, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
 	logOutcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
 		dialect.OutcomeAbandoned, dialect.OutcomeReleased, dialect.OutcomeCancelled, dialect.OutcomeDiscarded, dialect.OutcomeRetried}
 )
