@@ -15,7 +15,7 @@ import (
 // Page sizes: every list the dashboard reads is bounded.
 const (
 	taskPageMax     = 500
-	explainInline   = 25 // tasks on a list whose reasons are shown inline
+	explainInline   = 10 // tasks on a list whose reasons are shown inline (8 short reads each, every refresh)
 	logPageSize     = 100
 	timelineAttempt = 2000
 )

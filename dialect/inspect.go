@@ -128,25 +128,12 @@ type WaitStatements struct {
 func CollectTaskWait(ctx context.Context, q Querier, st WaitStatements, id int64, live time.Duration, mapErr func(error) error) (TaskWait, error) {
 	var w TaskWait
 	t := &w.Task
-	var runAt, now TimeScan
-	var maxPar, cur sql.NullInt64
-	err := q.QueryRowContext(ctx, st.Task, id).Scan(&t.ID, &w.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body,
-		&t.State, &t.Attempt, &t.MaxAttempts, &t.Priority, &runAt, &t.WorkerID, &t.LastError, &w.LimitKey,
-		&w.ProcessState, &w.Paused, &maxPar, &cur, &now)
+	err := ScanWaitTask(q.QueryRowContext(ctx, st.Task, id).Scan, &w)
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, ErrNotFound)
 	}
 	if err != nil {
 		return w, fmt.Errorf("task %d: %w", id, mapErr(err))
-	}
-	t.RunAt, w.Now = runAt.Time, now.Time
-	if maxPar.Valid {
-		m := int(maxPar.Int64)
-		w.MaxParallel = &m
-	}
-	if cur.Valid {
-		c := int(cur.Int64)
-		w.CurrentOrder = &c
 	}
 	if w.Lower, w.LowerCount, err = collectRefs(ctx, q, st.Lower, mapErr, w.ProcessID, t.Order, WaitListMax); err != nil {
 		return w, fmt.Errorf("task %d: lower stages: %w", id, err)
@@ -200,6 +187,27 @@ func CollectTaskWait(ctx context.Context, q Querier, st WaitStatements, id int64
 	return w, nil
 }
 
+// ScanWaitTask reads the row of WaitStatements.Task into w.
+func ScanWaitTask(scan func(dest ...any) error, w *TaskWait) error {
+	t := &w.Task
+	var runAt, now TimeScan
+	var maxPar, cur sql.NullInt64
+	if err := scan(&t.ID, &w.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt, &t.MaxAttempts,
+		&t.Priority, &runAt, &t.WorkerID, &t.LastError, &w.LimitKey, &w.ProcessState, &w.Paused, &maxPar, &cur, &now); err != nil {
+		return err
+	}
+	t.RunAt, w.Now = runAt.Time, now.Time
+	if maxPar.Valid {
+		m := int(maxPar.Int64)
+		w.MaxParallel = &m
+	}
+	if cur.Valid {
+		c := int(cur.Int64)
+		w.CurrentOrder = &c
+	}
+	return nil
+}
+
 // collectRefs reads task references and the count of all rows matched (the
 // last column of every row).
 func collectRefs(ctx context.Context, q Querier, stmt string, mapErr func(error) error, args ...any) ([]TaskRef, int, error) {
@@ -207,6 +215,7 @@ func collectRefs(ctx context.Context, q Querier, stmt string, mapErr func(error)
 	if err != nil {
 		return nil, 0, mapErr(err)
 	}
+	defer rows.Close()
 	refs, total, err := ScanTaskRefs(rows)
 	if err != nil {
 		return nil, 0, mapErr(err)
@@ -214,10 +223,10 @@ func collectRefs(ctx context.Context, q Querier, stmt string, mapErr func(error)
 	return refs, total, nil
 }
 
-// ScanTaskRefs reads rows of (id, process, execution_order, state, worker_id,
-// run_at, attempt, total) and closes them.
+// ScanTaskRefs reads the current result set's rows of (id, process,
+// execution_order, state, worker_id, run_at, attempt, total); the caller
+// closes rows (a batch may have more result sets).
 func ScanTaskRefs(rows *sql.Rows) ([]TaskRef, int, error) {
-	defer rows.Close()
 	var out []TaskRef
 	total := 0
 	for rows.Next() {

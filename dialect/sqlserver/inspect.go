@@ -107,38 +107,14 @@ func scanTaskWait(rows *sql.Rows, id int64) (dialect.TaskWait, error) {
 		}
 		return w, fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, dialect.ErrNotFound)
 	}
-	var runAt, now dialect.TimeScan
-	var maxPar, cur sql.NullInt64
-	if err := rows.Scan(&t.ID, &w.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
-		&t.MaxAttempts, &t.Priority, &runAt, &t.WorkerID, &t.LastError, &w.LimitKey, &w.ProcessState, &w.Paused,
-		&maxPar, &cur, &now); err != nil {
+	if err := dialect.ScanWaitTask(rows.Scan, &w); err != nil {
 		return w, err
-	}
-	t.RunAt, w.Now = runAt.Time, now.Time
-	if maxPar.Valid {
-		m := int(maxPar.Int64)
-		w.MaxParallel = &m
-	}
-	if cur.Valid {
-		c := int(cur.Int64)
-		w.CurrentOrder = &c
 	}
 	refs := func() ([]dialect.TaskRef, int, error) {
 		if !rows.NextResultSet() {
 			return nil, 0, fmt.Errorf("task %d: a result set is missing", id)
 		}
-		var out []dialect.TaskRef
-		total := 0
-		for rows.Next() {
-			var r dialect.TaskRef
-			var at dialect.TimeScan
-			if err := rows.Scan(&r.ID, &r.Process, &r.Order, &r.State, &r.WorkerID, &at, &r.Attempt, &total); err != nil {
-				return nil, 0, err
-			}
-			r.RunAt = at.Time
-			out = append(out, r)
-		}
-		return out, total, rows.Err()
+		return dialect.ScanTaskRefs(rows)
 	}
 	var err error
 	if w.Lower, w.LowerCount, err = refs(); err != nil {
