@@ -91,7 +91,9 @@ func Explain(w dialect.TaskWait) []Reason {
 		case dialect.StateAvailable:
 			out = append(out, Reason{Code: "next", Text: "Nothing holds it back: the next claim with a free slot takes it (processes are served in turn, by priority and weight)."})
 		case dialect.StateBlocked:
-			out = append(out, Reason{Code: "state", Text: "It is blocked and no lower stage is left: the process's next stage opens when the last attempt of the previous one is recorded."})
+			out = append(out, Reason{Code: "state", Text: "It is blocked and no lower stage is left: its stage opens once the previous stage's last finish is recorded (a worker advances the process, or repairs it at its next rescue pass)."})
+		case dialect.StateScheduled:
+			out = append(out, Reason{Code: "next", Text: "Its run_at has passed: the next claim makes it available and it takes its turn."})
 		default:
 			out = append(out, Reason{Code: "state", Text: fmt.Sprintf("It is in state %q.", t.State)})
 		}
