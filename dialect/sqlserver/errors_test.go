@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	mssql "github.com/microsoft/go-mssqldb"
 
@@ -195,5 +197,38 @@ func TestCompatibilityRefusalSaysWhatToDo(t *testing.T) {
 	}
 	if err := compatError("shop", 150, probe); !errors.As(err, new(mssql.Error)) {
 		t.Errorf("the probe's error is not kept: %v", err)
+	}
+}
+
+// TestConnectionTimeoutBoundsOnlyTheLogin: a server that accepts TCP and never
+// answers is given up after the DSN's "connection timeout"; the socket of a
+// connection that logged in keeps no deadline (checked on a server by
+// TestServerLongStatementOutlivesConnectionTimeout).
+func TestConnectionTimeoutBoundsOnlyTheLogin(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accept, never answer
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = Open(ctx, "sqlserver://u:p@"+ln.Addr().String()+"?database=x&encrypt=disable&connection+timeout=1")
+	if err == nil {
+		t.Fatal("a server that never answers was accepted")
+	}
+	// Open retries broken connections with backoff (5 attempts, up to 8 s apart);
+	// without a login bound it would wait for the test's 30 s context.
+	if ctx.Err() != nil {
+		t.Fatalf("the login was not bounded by connection timeout=1: gave up only after %s: %v", time.Since(start), err)
 	}
 }

@@ -107,7 +107,7 @@ func stateCounts(t *testing.T, db *sql.DB, process string) map[string]int {
 func tasksOf(n, order int, kind string) []dialect.NewTask {
 	ts := make([]dialect.NewTask, n)
 	for i := range ts {
-		ts[i] = dialect.NewTask{Order: order, Kind: kind, Body: fmt.Sprintf("SELECT %d", i)}
+		ts[i] = dialect.NewTask{Order: order, Kind: kind, Body: fmt.Sprintf("SELECT %d", i), MaxAttempts: 3}
 	}
 	return ts
 }
@@ -217,7 +217,7 @@ func TestServerLongKindsHaveLimitsOfTheirOwn(t *testing.T) {
 		t.Fatalf("limit on a 200-character kind: %v", err)
 	}
 	if _, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "p", Tasks: []dialect.NewTask{
-		{Order: 0, Kind: kindA, Body: "a"}, {Order: 0, Kind: kindB, Body: "b"},
+		{Order: 0, Kind: kindA, Body: "a", MaxAttempts: 3}, {Order: 0, Kind: kindB, Body: "b", MaxAttempts: 3},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +274,25 @@ func TestServerTwoMigratorsOnAnEmptyDatabase(t *testing.T) {
 				t.Fatalf("round %d: migrator %d ended at version %d, want %d", round, i, versions[i], want)
 			}
 		}
+	}
+}
+
+// TestServerLongStatementOutlivesConnectionTimeout: "connection timeout" bounds
+// the login only; a statement running longer than it must not be cut off.
+func TestServerLongStatementOutlivesConnectionTimeout(t *testing.T) {
+	dsn, babelfish := newServerDB(t)
+	ctx := context.Background()
+	d, err := Open(ctx, dsn+"&connection+timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	sleep := "WAITFOR DELAY '00:00:03';"
+	if babelfish { // no WAITFOR there
+		sleep = "DECLARE @slept varchar(1) = CAST(pg_sleep(3) AS varchar(1));"
+	}
+	start := time.Now()
+	if _, err := d.DB().ExecContext(ctx, sleep); err != nil {
+		t.Fatalf("a 3 s statement with connection timeout=1 failed after %s: %v", time.Since(start), err)
 	}
 }

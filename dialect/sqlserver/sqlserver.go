@@ -20,7 +20,6 @@ import (
 	"net/url"
 	"strings"
 
-	mssql "github.com/microsoft/go-mssqldb"
 	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/stageq/stageq/dialect"
@@ -54,14 +53,16 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 			dialect.ErrBadDSN, redactDSN(dsn), scrub(err.Error(), dsn))
 	}
 	// Without "connection timeout" the login phase has no bound: a server that
-	// accepts TCP and never answers would hang the connect.
-	if _, set := cfg.Parameters[msdsn.ConnectionTimeout]; !set && cfg.ConnTimeout == 0 {
-		cfg.ConnTimeout = dialect.DefaultConnectTimeout
+	// accepts TCP and never answers would hang the connect. The bound applies to
+	// the login only (connect.go: go-mssqldb would apply it to every read).
+	bound := cfg.ConnTimeout
+	if _, set := cfg.Parameters[msdsn.ConnectionTimeout]; !set && bound == 0 {
+		bound = dialect.DefaultConnectTimeout
 	}
 	if cfg.AppName == "" {
 		cfg.AppName = appName
 	}
-	db := sql.OpenDB(mssql.NewConnectorConfig(cfg))
+	db := sql.OpenDB(newLoginBound(cfg, bound))
 	db.SetMaxIdleConns(16)
 	d := &SQLServer{db: db}
 	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
