@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,9 @@ import (
 const (
 	stateGroupsMax = 5000
 	scrapeTimeout  = 5 * time.Second
+	// scrapeReuse: scrapes closer together than this (several Prometheus
+	// servers, a person reloading) get the last reading, not new queries.
+	scrapeReuse = 5 * time.Second
 )
 
 var (
@@ -41,19 +45,48 @@ var (
 		"1 when the task counts hit the bound of groups read and the smallest groups are missing.", nil, nil)
 )
 
-type queueCollector struct{ s *Server }
+type queueCollector struct {
+	s    *Server
+	mu   sync.Mutex
+	at   time.Time
+	last []prometheus.Metric
+}
 
-func newQueueCollector(s *Server) prometheus.Collector { return queueCollector{s} }
+func newQueueCollector(s *Server) prometheus.Collector { return &queueCollector{s: s} }
 
 // Describe implements prometheus.Collector.
-func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTasks, descLimitUsed, descLimitMax, descWorkers, descScrape, descGroupsCapped} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) >= scrapeReuse {
+		buf := make(chan prometheus.Metric, 256)
+		var ms []prometheus.Metric
+		done := make(chan struct{})
+		go func() {
+			for m := range buf {
+				ms = append(ms, m)
+			}
+			close(done)
+		}()
+		c.read(buf)
+		close(buf)
+		<-done
+		c.last, c.at = ms, time.Now()
+	}
+	for _, m := range c.last {
+		ch <- m
+	}
+}
+
+// read queries the database for the gauges.
+func (c *queueCollector) read(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	began := time.Now()
