@@ -118,7 +118,7 @@ transaction. Prints what it created; --json for scripts.`,
 	f.BoolVar(&atomic, "atomic", false, "run the SQL body and the task's completion in one transaction")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.StringVar(&limit, "limit", "", "concurrency limit key the task counts against (see queuectl limit)")
-	f.BoolVar(&wait, "wait", false, "follow the process to its end (progress bars on a terminal); exit 5 if a task fails for good")
+	f.BoolVar(&wait, "wait", false, "follow the process to its end (progress bars on a terminal); exit 5 if a task fails for good or the process is cancelled")
 	cmd.MarkFlagsMutuallyExclusive("delay", "run-at")
 	return cmd
 }

@@ -88,7 +88,8 @@ workers with their last heartbeat, and the limits with their slots in use.
 
 With PROCESS and --watch: follow the process to its end, with a progress bar per
 stage on a terminal and a line per change otherwise. Exit code 0 when it
-succeeded, 5 when a task failed for good, 3 when the process does not exist.`,
+succeeded, 5 when a task failed for good or the process was cancelled, 3 when
+the process does not exist.`,
 		Example: `  queuectl status
   queuectl status nightly --json
   queuectl status nightly --watch`,
