@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" for the admin connection
+	_ "github.com/jackc/pgx/v5/stdlib"  // "pgx" for the admin connection
+	_ "github.com/microsoft/go-mssqldb" // "sqlserver" for the admin connection
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
@@ -30,6 +31,49 @@ func eachDatabase(t *testing.T, fn func(t *testing.T, dsn string)) {
 	t.Run("postgres", func(t *testing.T) {
 		fn(t, migrated(t, newPostgresDB(t)))
 	})
+}
+
+// eachDialect is eachDatabase plus SQL Server when STAGEQ_SQLSERVER_DSN names
+// one (a login that may CREATE DATABASE), for the tests of the dialects' reads.
+func eachDialect(t *testing.T, fn func(t *testing.T, dsn string)) {
+	eachDatabase(t, fn)
+	t.Run("sqlserver", func(t *testing.T) {
+		base := os.Getenv("STAGEQ_SQLSERVER_DSN")
+		if base == "" {
+			t.Skip("STAGEQ_SQLSERVER_DSN is not set: the SQL Server reads are not run")
+		}
+		fn(t, migrated(t, newSQLServerDB(t, base)))
+	})
+}
+
+// newSQLServerDB creates a database on the server of base and drops it afterwards.
+func newSQLServerDB(t *testing.T, base string) string {
+	t.Helper()
+	admin, err := sql.Open("sqlserver", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var version string
+	if err := admin.QueryRow("SELECT @@VERSION").Scan(&version); err != nil {
+		t.Fatalf("SQL Server at %s: %v", dialect.Redact(base), err)
+	}
+	t.Logf("SQL Server: %.60s", version)
+	name := fmt.Sprintf("stageq_dash_%d_%08x", os.Getpid(), rand.Uint32())
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if a, err := sql.Open("sqlserver", base); err == nil {
+			a.Exec("DROP DATABASE " + name)
+			a.Close()
+		}
+	})
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("database", name)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 func newPostgresDB(t *testing.T) string {

@@ -182,7 +182,7 @@ func TestWorkerMetrics(t *testing.T) {
 // TestQueueMetrics reads `queuectl serve`'s /metrics: tasks by process, stage
 // and state, limits, workers; processes beyond --metrics-processes summed.
 func TestQueueMetrics(t *testing.T) {
-	eachDatabase(t, func(t *testing.T, dsn string) {
+	eachDialect(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
 		c := openClient(t, dsn)
 		op, _ := dialect.AsOperator(c.Dialect())

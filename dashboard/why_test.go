@@ -19,7 +19,7 @@ import (
 // busy — read from the database by each dialect's Inspector and explained the
 // same way by the dashboard and `queuectl why`.
 func TestWhyHolders(t *testing.T) {
-	eachDatabase(t, func(t *testing.T, dsn string) {
+	eachDialect(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
 		c := openClient(t, dsn)
 		d := c.Dialect()

@@ -20,7 +20,8 @@ var _ dialect.Inspector = (*SQLServer)(nil)
 // carries COUNT(*) OVER () (computed before TOP) as its last column. Plain
 // READ COMMITTED reads, no locks held after each statement: an explanation is a
 // snapshot for a person, never a decision. Written from Microsoft's
-// documentation (TOP, COUNT OVER, DATEADD); it has not run against a server.
+// documentation (TOP, COUNT OVER, DATEADD). It has run on Babelfish (PostgreSQL
+// with a T-SQL parser, dashboard/why_test.go), never on SQL Server itself.
 // In: task id, live window in milliseconds, list length.
 const taskWaitSQL = `
 SET NOCOUNT ON;
@@ -110,9 +111,11 @@ func scanTaskWait(rows *sql.Rows, id int64) (dialect.TaskWait, error) {
 	if err := dialect.ScanWaitTask(rows.Scan, &w); err != nil {
 		return w, err
 	}
+	for rows.Next() { // the set has one row; the driver moves on only from its end
+	}
 	refs := func() ([]dialect.TaskRef, int, error) {
 		if !rows.NextResultSet() {
-			return nil, 0, fmt.Errorf("task %d: a result set is missing", id)
+			return nil, 0, missing(rows, id, "a task list")
 		}
 		return dialect.ScanTaskRefs(rows)
 	}
@@ -124,7 +127,7 @@ func scanTaskWait(rows *sql.Rows, id int64) (dialect.TaskWait, error) {
 		return w, err
 	}
 	if !rows.NextResultSet() {
-		return w, fmt.Errorf("task %d: the limits result set is missing", id)
+		return w, missing(rows, id, "the limits")
 	}
 	for rows.Next() {
 		var l dialect.LimitWait
@@ -149,13 +152,15 @@ func scanTaskWait(rows *sql.Rows, id int64) (dialect.TaskWait, error) {
 		}
 	}
 	if !rows.NextResultSet() || !rows.Next() {
-		return w, fmt.Errorf("task %d: the workers result set is missing", id)
+		return w, missing(rows, id, "the workers")
 	}
 	if err := rows.Scan(&w.LiveWorkers, &w.LiveSlots, &w.Running); err != nil {
 		return w, err
 	}
+	for rows.Next() {
+	}
 	if !rows.NextResultSet() {
-		return w, fmt.Errorf("task %d: the kind workers result set is missing", id)
+		return w, missing(rows, id, "the kind workers")
 	}
 	for rows.Next() {
 		var wid string
@@ -165,6 +170,15 @@ func scanTaskWait(rows *sql.Rows, id int64) (dialect.TaskWait, error) {
 		w.KindWorkers = append(w.KindWorkers, wid)
 	}
 	return w, rows.Err()
+}
+
+// missing explains a result set that did not come: the batch's error, if a
+// statement of it failed, or the set's name.
+func missing(rows *sql.Rows, id int64, what string) error {
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("task %d: the result set of %s is missing", id, what)
 }
 
 // TaskStateCounts implements dialect.Inspector.
