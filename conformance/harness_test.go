@@ -55,6 +55,22 @@ type testDB struct {
 	Babelfish bool
 }
 
+// babelfishNeedsNoClaim lists the tests that run no worker, no rescue and no
+// second lease acquisition in one session, so Babelfish's gaps G2 and G3 do not
+// stop them.
+var babelfishNeedsNoClaim = map[string]bool{
+	"TestBadInputChangesNothing": true, "TestBadDSN": true, "TestSchemaVersionRefused": true,
+	"TestLeaseCLI": true, "TestScheduleCLI": true,
+}
+
+// babelfishRuns says whether the current test is run on Babelfish: those of
+// babelfishNeedsNoClaim, or all with STAGEQ_BABELFISH_ALL=1 (for a server whose
+// gaps were worked around locally).
+func babelfishRuns(t *testing.T) bool {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	return babelfishNeedsNoClaim[top] || os.Getenv("STAGEQ_BABELFISH_ALL") == "1"
+}
+
 // skipOnBabelfish skips a test that cannot pass on Babelfish for a documented
 // gap of Babelfish (never for a stageq defect), saying which.
 func (db *testDB) skipOnBabelfish(t *testing.T, gap string) {
@@ -87,6 +103,11 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, db *testDB)) {
 		}
 		t.Parallel()
 		dsn, babelfish := newSQLServerDB(t, base)
+		if babelfish && !babelfishRuns(t) {
+			t.Skip("Babelfish, not SQL Server: stageq.Claim, stageq.Rescue and the lease upsert hit its gaps G2 " +
+				"(UPDATE ... OUTPUT ... INTO @t FROM ... AS t fails from the second call in a session) and G3 " +
+				"(SET @v = col = expr is a syntax error); docs/sqlserver.md, Babelfish. STAGEQ_BABELFISH_ALL=1 runs it anyway")
+		}
 		db := newTestDB(t, dsn)
 		db.Babelfish = babelfish
 		fn(t, db)

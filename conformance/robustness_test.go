@@ -175,6 +175,7 @@ func TestOpenSubmissionDoesNotStallOthers(t *testing.T) {
 		if db.Dialect == "sqlite" {
 			t.Skip("SQLite has one writer at a time: an open write transaction holds every claim back")
 		}
+		db.skipOnBabelfish(t, "G1: table hints are ignored, so the claim cannot READPAST the process row an open submission holds")
 		ctx := context.Background()
 		if _, err := db.Client.Enqueue(ctx, "busy", 1, stages.Task{Kind: "work", Body: "first"}); err != nil {
 			t.Fatal(err)
