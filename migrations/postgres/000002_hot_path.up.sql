@@ -56,6 +56,8 @@ ALTER TABLE stageq.tasks
 -- Fewer indexes per state change: a claim inserts into the primary key,
 -- tasks_stage and tasks_running only (and tasks_running_limit for a task with a
 -- limit key); a successful completion deletes and inserts into none.
+-- (tasks_stage is the one index of every task by process: the foreign key's
+-- check when a process is deleted, and the barrier, need it.)
 DROP INDEX stageq.tasks_claim_process;
 DROP INDEX stageq.tasks_ready;
 DROP INDEX stageq.tasks_lease;
@@ -568,9 +570,11 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
-    UPDATE stageq.processes p SET state = 'failed', updated_at = now()
-     WHERE p.state = 'active'
-       AND p.id IN (SELECT e.pid FROM unnest(v_pids, v_finals) AS e(pid, final) WHERE e.final);
+    IF true = ANY (v_finals) THEN
+        UPDATE stageq.processes p SET state = 'failed', updated_at = now()
+         WHERE p.state = 'active'
+           AND p.id IN (SELECT e.pid FROM unnest(v_pids, v_finals) AS e(pid, final) WHERE e.final);
+    END IF;
 
     RETURN QUERY SELECT unnest(v_ids), NULL::bigint;
     -- A stage may have ended when none of its tasks is left waiting: the ones
