@@ -19,7 +19,7 @@ const (
 	// A task handed back is available only if its stage is still the open one:
 	// a lower order may have arrived while it ran.
 	backStateSQL = `CASE WHEN execution_order = (SELECT current_order FROM stageq_processes p
-                                               WHERE p.id = stageq_tasks.process_id)
+                                               WHERE p.id = stageq_tasks.process_id AND p.paused = 0)
                   THEN 'available' ELSE 'blocked' END`
 
 	finishReleasedSQL = `

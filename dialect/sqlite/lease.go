@@ -56,7 +56,7 @@ SELECT id, process_id, lease_token, worker_id FROM stageq_tasks
 UPDATE stageq_tasks
    SET state = CASE WHEN attempt >= max_attempts THEN 'failed'
                     WHEN execution_order = (SELECT current_order FROM stageq_processes p
-                                             WHERE p.id = stageq_tasks.process_id)
+                                             WHERE p.id = stageq_tasks.process_id AND p.paused = 0)
                     THEN 'available' ELSE 'blocked' END,
        run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ?,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL

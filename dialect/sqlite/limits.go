@@ -10,25 +10,11 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// Run-queue state and limits. Every function here runs inside the caller's write
+// Limits. Every function here runs inside the caller's write
 // transaction (BEGIN IMMEDIATE), which is SQLite's equivalent of PostgreSQL's
 // process-row and limit-row locks: nothing changes between a count and the claim
 // that relies on it.
 const (
-	refreshReadSQL = `SELECT runnable, paused, max_parallel, ready_at FROM stageq_processes WHERE id = ?`
-	// The earliest available task: a seek on stageq_tasks_ready.
-	refreshReadyAtSQL = `
-SELECT run_at FROM stageq_tasks WHERE process_id = ? AND state = 'available' ORDER BY run_at LIMIT 1`
-	refreshRunningSQL = `SELECT count(*) FROM stageq_tasks WHERE process_id = ? AND state = 'running'`
-	// A process that wakes joins at the run queue's current virtual time.
-	// In: ready_at, process.
-	refreshWakeSQL = `
-UPDATE stageq_processes
-   SET runnable = 1, ready_at = ?1,
-       pass = coalesce((SELECT pass FROM stageq_processes WHERE runnable = 1 ORDER BY pass LIMIT 1), pass)
- WHERE id = ?2`
-	refreshSetSQL = `UPDATE stageq_processes SET runnable = ?, ready_at = ? WHERE id = ?`
-
 	limitMaxSQL         = `SELECT max_running FROM stageq_limits WHERE key = ?`
 	limitRunningKeySQL  = `SELECT count(*) FROM stageq_tasks WHERE limit_key = ? AND state = 'running'`
 	limitRunningKindSQL = `SELECT count(*) FROM stageq_tasks WHERE kind = ? AND state = 'running'`
@@ -52,44 +38,6 @@ SELECT 'process:' || p.name, p.max_parallel, p.updated_at,
  WHERE p.max_parallel IS NOT NULL AND (?1 = '' OR 'process:' || p.name = ?1)
  ORDER BY 1`
 )
-
-// refreshProcess re-derives whether a process is runnable: it has available
-// tasks, is not paused and runs fewer than its max_parallel.
-func refreshProcess(ctx context.Context, q dialect.Querier, pid int64) error {
-	var runnable, paused bool
-	var maxPar sql.NullInt64
-	var oldReady, ready sql.NullString
-	err := q.QueryRowContext(ctx, refreshReadSQL, pid).Scan(&runnable, &paused, &maxPar, &oldReady)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
-	}
-	err = q.QueryRowContext(ctx, refreshReadyAtSQL, pid).Scan(&ready)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
-	}
-	run := ready.Valid && !paused
-	if run && maxPar.Valid {
-		var n int64
-		if err := q.QueryRowContext(ctx, refreshRunningSQL, pid).Scan(&n); err != nil {
-			return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
-		}
-		run = n < maxPar.Int64
-	}
-	err = nil
-	switch {
-	case run && !runnable:
-		_, err = q.ExecContext(ctx, refreshWakeSQL, ready, pid)
-	case run != runnable || ready != oldReady:
-		_, err = q.ExecContext(ctx, refreshSetSQL, run, ready, pid)
-	}
-	if err != nil {
-		return fmt.Errorf("refresh process %d: %w", pid, mapErr(err))
-	}
-	return nil
-}
 
 // limitAdmits says whether one more task with limit key key ("" for none) and
 // kind kind may start now, counting the running tasks that hold the slots.

@@ -24,24 +24,37 @@ UPDATE stageq_processes
        max_parallel = CASE WHEN ?3 IS NULL THEN max_parallel WHEN ?3 = 0 THEN NULL ELSE ?3 END,
        updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
  WHERE id = ?4`
-	opPauseSQL = `UPDATE stageq_processes SET paused = ?, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id = ?`
-	// A retried task starts over with fresh attempts. In: process id.
-	opRetryProcessSQL = `
+	// A new priority reaches the tasks already waiting (the claim orders by
+	// their copy of it). In: priority, process.
+	opPrioritySQL = `UPDATE stageq_tasks SET process_priority = ?1 WHERE process_id = ?2 AND process_priority <> ?1`
+	// A new weight re-spaces the turns of the tasks already stamped, from the
+	// earliest of them, so a plan's weight applies to its own tasks. In:
+	// process, stride.
+	opRestampSQL = `
+WITH w AS (
+    SELECT id, row_number() OVER (ORDER BY vtime, id) AS rk,
+           min(vtime) OVER () AS base
+      FROM stageq_tasks WHERE process_id = ?1 AND state = 'available'
+)
 UPDATE stageq_tasks
-   SET state = CASE WHEN execution_order = (SELECT current_order FROM stageq_processes WHERE id = ?1)
-                    THEN 'available' ELSE 'blocked' END,
-       attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+   SET vtime = (SELECT base + (rk - 1) * ?2 FROM w WHERE w.id = stageq_tasks.id)
+ WHERE id IN (SELECT id FROM w)
+RETURNING vtime`
+	opSetVTailSQL   = `UPDATE stageq_processes SET vtail = ? WHERE id = ?`
+	opReadWeightSQL = `SELECT weight, priority FROM stageq_processes WHERE id = ?`
+	opPauseSQL      = `UPDATE stageq_processes SET paused = ?, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id = ?`
+	// A retried task starts over with fresh attempts. It waits blocked until
+	// openStage (run next, in the same transaction) makes it available with its
+	// turn stamped, when its stage is the open one. In: process id.
+	opRetryProcessSQL = `
+UPDATE stageq_tasks SET state = 'blocked', attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
  WHERE process_id = ?1 AND state = 'failed'`
 	opDiscardProcessSQL = `DELETE FROM stageq_tasks WHERE process_id = ? AND state = 'failed'`
 	opCancelProcessSQL  = `DELETE FROM stageq_tasks WHERE process_id = ? AND state <> 'running'`
 	opRunningSQL        = `SELECT count(*) FROM stageq_tasks WHERE process_id = ? AND state = 'running'`
 	opTaskSQL           = `SELECT process_id, state, coalesce(worker_id, '') FROM stageq_tasks WHERE id = ?`
 	opRetryTaskSQL      = `
-UPDATE stageq_tasks
-   SET state = CASE WHEN execution_order = (SELECT current_order FROM stageq_processes p WHERE p.id = stageq_tasks.process_id)
-                    THEN 'available' ELSE 'blocked' END,
-       attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
- WHERE id = ?`
+UPDATE stageq_tasks SET state = 'blocked', attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id = ?`
 	opDeleteTaskSQL = `DELETE FROM stageq_tasks WHERE id = ?`
 
 	// Operator actions leave a Logs row per task they change, written before the
@@ -74,7 +87,7 @@ SELECT id, name, state, paused, current_order, priority, weight, max_parallel
  ORDER BY name`
 	opStageCountSQL = `
 SELECT t.process_id, t.execution_order,
-       sum(t.state IN ('blocked', 'available')), sum(t.state = 'running'), sum(t.state = 'failed')
+       sum(t.state IN ('blocked', 'scheduled', 'available')), sum(t.state = 'running'), sum(t.state = 'failed')
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
  GROUP BY t.process_id, t.execution_order`
@@ -151,11 +164,54 @@ func (s *SQLite) ProcessConfigure(ctx context.Context, q dialect.Querier, name s
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return s.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
+		var oldWeight, oldPriority, weight, priority int64
+		if err := q.QueryRowContext(ctx, opReadWeightSQL, id).Scan(&oldWeight, &oldPriority); err != nil {
+			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
+		}
 		if _, err := q.ExecContext(ctx, opConfigureSQL, dialect.NullInt(ps.Priority), dialect.NullInt(ps.Weight), dialect.NullInt(ps.MaxParallel), id); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
 		}
+		if err := q.QueryRowContext(ctx, opReadWeightSQL, id).Scan(&weight, &priority); err != nil {
+			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
+		}
+		if priority != oldPriority {
+			if _, err := q.ExecContext(ctx, opPrioritySQL, priority, id); err != nil {
+				return fmt.Errorf("configure process %q: priority: %w", name, mapErr(err))
+			}
+		}
+		if weight != oldWeight {
+			return restamp(ctx, q, id, fairStride(weight))
+		}
 		return nil
 	})
+}
+
+// restamp re-spaces a process's available tasks by a new stride and moves the
+// end of its backlog with them.
+func restamp(ctx context.Context, q dialect.Querier, id, stride int64) error {
+	rows, err := q.QueryContext(ctx, opRestampSQL, id, stride)
+	if err != nil {
+		return fmt.Errorf("restamp process %d: %w", id, mapErr(err))
+	}
+	defer rows.Close()
+	last, n := int64(0), 0
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return fmt.Errorf("restamp process %d: %w", id, err)
+		}
+		last, n = max(last, v), n+1
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("restamp process %d: %w", id, mapErr(err))
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, opSetVTailSQL, last+stride, id); err != nil {
+		return fmt.Errorf("restamp process %d: %w", id, mapErr(err))
+	}
+	return nil
 }
 
 // ProcessSetPaused implements dialect.Operator.

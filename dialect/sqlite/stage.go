@@ -9,25 +9,42 @@ import (
 )
 
 // The stage barrier. A process's tasks of its lowest ExecutionOrder are
-// 'available'; all higher ones wait 'blocked'. openStage re-derives that after
-// anything that can change the lowest order (a submission, a task leaving),
-// always inside the caller's write transaction. Each statement is a seek on
+// 'available'; all higher ones wait 'blocked', and so does every task of a
+// paused process. openStage re-derives that after anything that can change the
+// lowest order (a submission, a task leaving, an operator's command), always
+// inside the caller's write transaction. Each statement is a seek on
 // stageq_tasks_stage (process_id, execution_order).
 const (
-	stageCurrentSQL = `SELECT current_order FROM stageq_processes WHERE id = ?`
-	stageLowestSQL  = `SELECT min(execution_order) FROM stageq_tasks WHERE process_id = ?`
-	stageDoneSQL    = `
+	stageReadSQL   = `SELECT current_order, paused, weight, priority FROM stageq_processes WHERE id = ?`
+	stageLowestSQL = `SELECT min(execution_order) FROM stageq_tasks WHERE process_id = ?`
+	stageDoneSQL   = `
 UPDATE stageq_processes
    SET current_order = NULL, state = 'succeeded',
        updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), finished_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
- WHERE id = ?`
+ WHERE id = ? AND state IN ('active', 'failed')`
+	stagePauseSQL = `UPDATE stageq_tasks SET state = 'blocked' WHERE process_id = ? AND state = 'available'`
 	// A lower order arrived: tasks above it that have not started wait again.
 	stageBlockSQL = `
 UPDATE stageq_tasks SET state = 'blocked'
  WHERE process_id = ? AND execution_order > ? AND state = 'available'`
+	// Opening a stage stamps its blocked tasks' turns from the current virtual
+	// time, in their own priority order. In: process, order, base, stride,
+	// process priority. Out: how many opened.
 	stageOpenSQL = `
-UPDATE stageq_tasks SET state = 'available'
- WHERE process_id = ? AND execution_order = ? AND state = 'blocked'`
+WITH b AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rk
+      FROM stageq_tasks INDEXED BY stageq_tasks_blocked
+     WHERE process_id = ?1 AND execution_order = ?2 AND state = 'blocked'
+)
+UPDATE stageq_tasks
+   SET state = 'available', vtime = ?3 + ((SELECT rk FROM b WHERE b.id = stageq_tasks.id) - 1) * ?4,
+       process_priority = ?5
+ WHERE id IN (SELECT id FROM b)`
+	// In: process, order. A seek on stageq_tasks_blocked: opening a stage
+	// costs nothing while it has nothing blocked.
+	stageHasBlockedSQL = `
+SELECT EXISTS (SELECT 1 FROM stageq_tasks INDEXED BY stageq_tasks_blocked
+                WHERE process_id = ? AND execution_order = ? AND state = 'blocked')`
 	stageSetSQL = `
 UPDATE stageq_processes
    SET current_order = ?,
@@ -39,7 +56,9 @@ UPDATE stageq_processes
 
 func openStage(ctx context.Context, q dialect.Querier, processID int64) error {
 	var old, lowest sql.NullInt64
-	if err := q.QueryRowContext(ctx, stageCurrentSQL, processID).Scan(&old); err != nil {
+	var paused bool
+	var weight, priority int64
+	if err := q.QueryRowContext(ctx, stageReadSQL, processID).Scan(&old, &paused, &weight, &priority); err != nil {
 		return fmt.Errorf("open stage: read process %d: %w", processID, err)
 	}
 	if err := q.QueryRowContext(ctx, stageLowestSQL, processID).Scan(&lowest); err != nil {
@@ -49,20 +68,48 @@ func openStage(ctx context.Context, q dialect.Querier, processID int64) error {
 		if _, err := q.ExecContext(ctx, stageDoneSQL, processID); err != nil {
 			return fmt.Errorf("open stage: finish process %d: %w", processID, err)
 		}
-		return refreshProcess(ctx, q, processID) // fairness (limits.go): leaves the run queue
+		return nil
 	}
-	if old.Valid && lowest.Int64 < old.Int64 {
-		if _, err := q.ExecContext(ctx, stageBlockSQL, processID, lowest.Int64); err != nil {
-			return fmt.Errorf("open stage: block above %d: %w", lowest.Int64, err)
+	switch {
+	case paused:
+		if _, err := q.ExecContext(ctx, stagePauseSQL, processID); err != nil {
+			return fmt.Errorf("open stage: pause process %d: %w", processID, err)
 		}
-	}
-	if !old.Valid || old.Int64 != lowest.Int64 {
-		if _, err := q.ExecContext(ctx, stageOpenSQL, processID, lowest.Int64); err != nil {
+	default:
+		if old.Valid && lowest.Int64 < old.Int64 {
+			if _, err := q.ExecContext(ctx, stageBlockSQL, processID, lowest.Int64); err != nil {
+				return fmt.Errorf("open stage: block above %d: %w", lowest.Int64, err)
+			}
+		}
+		if err := openBlocked(ctx, q, processID, lowest.Int64, weight, priority); err != nil {
 			return fmt.Errorf("open stage %d: %w", lowest.Int64, err)
 		}
 	}
 	if _, err := q.ExecContext(ctx, stageSetSQL, lowest.Int64, processID, processID); err != nil {
 		return fmt.Errorf("open stage: update process %d: %w", processID, err)
 	}
-	return refreshProcess(ctx, q, processID) // fairness (limits.go): run-queue state
+	return nil
+}
+
+// openBlocked makes the blocked tasks of a process's open stage available,
+// their turns stamped from the current virtual time (fair.go).
+func openBlocked(ctx context.Context, q dialect.Querier, processID, order, weight, priority int64) error {
+	var any bool
+	if err := q.QueryRowContext(ctx, stageHasBlockedSQL, processID, order).Scan(&any); err != nil || !any {
+		return err
+	}
+	base, err := stampBase(ctx, q, processID)
+	if err != nil {
+		return err
+	}
+	stride := fairStride(weight)
+	res, err := q.ExecContext(ctx, stageOpenSQL, processID, order, base, stride, priority)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	return stampDone(ctx, q, processID, base+n*stride)
 }

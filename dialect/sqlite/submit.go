@@ -5,19 +5,21 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/stageq/stageq/dialect"
 )
 
 const (
-	processFindSQL   = `SELECT id, current_order FROM stageq_processes WHERE name = ?`
-	processCreateSQL = `INSERT INTO stageq_processes (name) VALUES (?) RETURNING id`
+	processFindSQL   = `SELECT id, current_order, paused, weight, priority FROM stageq_processes WHERE name = ?`
+	processCreateSQL = `INSERT INTO stageq_processes (name) VALUES (?) RETURNING id, current_order, paused, weight, priority`
 	// In: process, order, kind, body, state, priority, max_attempts, atomic,
-	// run_at (NULL: now plus the offset that follows), limit key ("": none).
-	// Out: the new id.
+	// run_at (NULL: now plus the offset that follows), limit key ("": none),
+	// virtual time, process priority. Out: the new id.
 	taskInsertSQL = `
-INSERT INTO stageq_tasks (process_id, execution_order, kind, body, state, priority, max_attempts, atomic, run_at, limit_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)), nullif(?, ''))
+INSERT INTO stageq_tasks (process_id, execution_order, kind, body, state, priority, max_attempts, atomic, run_at, limit_key,
+                          vtime, process_priority)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)), nullif(?, ''), ?, ?)
 RETURNING id`
 )
 
@@ -31,9 +33,11 @@ func (s *SQLite) Submit(ctx context.Context, q dialect.Querier, sp dialect.Submi
 	}
 	err := s.inTx(ctx, q, func(q dialect.Querier) error {
 		var cur sql.NullInt64
-		err := q.QueryRowContext(ctx, processFindSQL, sp.Process).Scan(&res.ProcessID, &cur)
+		var paused bool
+		var weight, priority int64
+		err := q.QueryRowContext(ctx, processFindSQL, sp.Process).Scan(&res.ProcessID, &cur, &paused, &weight, &priority)
 		if errors.Is(err, sql.ErrNoRows) {
-			err = q.QueryRowContext(ctx, processCreateSQL, sp.Process).Scan(&res.ProcessID)
+			err = q.QueryRowContext(ctx, processCreateSQL, sp.Process).Scan(&res.ProcessID, &cur, &paused, &weight, &priority)
 		}
 		if err != nil {
 			return fmt.Errorf("submit: process %q: %w", sp.Process, mapErr(err))
@@ -45,10 +49,34 @@ func (s *SQLite) Submit(ctx context.Context, q dialect.Querier, sp dialect.Submi
 		if cur.Valid {
 			open = min(open, int(cur.Int64))
 		}
+		// The open stage's new tasks take their turns now (fair.go), in their
+		// own priority order; the others when their stage opens. A paused
+		// process opens nothing.
+		var opening []int
+		for i, t := range sp.Tasks {
+			if t.Order == open && !paused {
+				opening = append(opening, i)
+			}
+		}
+		slices.SortStableFunc(opening, func(a, b int) int { return sp.Tasks[b].Priority - sp.Tasks[a].Priority })
+		vtimes := make([]int64, len(sp.Tasks))
+		if len(opening) > 0 {
+			base, err := stampBase(ctx, q, res.ProcessID)
+			if err != nil {
+				return fmt.Errorf("submit: %w", err)
+			}
+			stride := fairStride(weight)
+			for rk, i := range opening {
+				vtimes[i] = base + int64(rk)*stride
+			}
+			if err := stampDone(ctx, q, res.ProcessID, base+int64(len(opening))*stride); err != nil {
+				return fmt.Errorf("submit: %w", err)
+			}
+		}
 		res.TaskIDs = make([]int64, len(sp.Tasks))
 		for i, t := range sp.Tasks {
 			state := dialect.StateBlocked
-			if t.Order == open {
+			if t.Order == open && !paused {
 				state = dialect.StateAvailable
 			}
 			var runAt sql.NullString
@@ -56,7 +84,7 @@ func (s *SQLite) Submit(ctx context.Context, q dialect.Querier, sp dialect.Submi
 				runAt = sql.NullString{String: formatTime(*t.RunAt), Valid: true}
 			}
 			if err := q.QueryRowContext(ctx, taskInsertSQL, res.ProcessID, t.Order, t.Kind, t.Body, state,
-				t.Priority, t.MaxAttempts, t.Atomic, runAt, offset(t.Delay), t.LimitKey).Scan(&res.TaskIDs[i]); err != nil {
+				t.Priority, t.MaxAttempts, t.Atomic, runAt, offset(t.Delay), t.LimitKey, vtimes[i], priority).Scan(&res.TaskIDs[i]); err != nil {
 				return fmt.Errorf("submit: task %d: %w", i+1, mapErr(err))
 			}
 		}

@@ -1,4 +1,4 @@
--- Version 2 is PostgreSQL's lock-free claim and completion path (see
--- migrations/postgres/000002_hot_path.up.sql). This dialect has no change at this
--- version: the file keeps the version numbers of the three dialects aligned.
-SELECT 1;
+-- Version 2 replaced the process rows' run queue with virtual times on the
+-- tasks; rebuilding version 1's run queue from them is not done. Restore a
+-- backup taken before the upgrade instead. (This statement fails on purpose.)
+SELECT * FROM "stageq: schema version 2 cannot be migrated down to 1";
