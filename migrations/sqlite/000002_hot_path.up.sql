@@ -28,7 +28,6 @@ ALTER TABLE stageq_processes DROP COLUMN ready_at;
 
 DROP INDEX stageq_tasks_claim_process;
 DROP INDEX stageq_tasks_ready;
-DROP INDEX stageq_tasks_worker;
 CREATE INDEX stageq_tasks_claim ON stageq_tasks (process_priority DESC, vtime, id) WHERE state = 'available';
 -- The tasks a stage opens: a seek, however many of the stage are available.
 CREATE INDEX stageq_tasks_blocked ON stageq_tasks (process_id, execution_order) WHERE state = 'blocked';
