@@ -145,9 +145,13 @@ func TestLimitChangeMidRun(t *testing.T) {
 			if err := op.LimitSet(ctx, key, limit); err != nil {
 				t.Fatal(err)
 			}
+			// Both the bodies running and the tasks leased: a task leased under
+			// the old limit whose body has not started yet would start in this
+			// phase.
 			waitFor(t, time.Minute, fmt.Sprintf("running to drop to %d", limit), func() bool {
 				cur, _, _ := tr.read()
-				return cur <= limit
+				l, err := op.LimitGet(ctx, key)
+				return cur <= limit && err == nil && l.Running <= limit
 			})
 			tr.newPhase(limit)
 			_, _, start := tr.read()
