@@ -409,7 +409,12 @@ func TestScheduleBrokenPlanDoesNotStarveOthers(t *testing.T) {
 			}
 		}
 		// Corrupt the first one's stored plan behind the API's back.
-		db.exec(t, schedSQL(db, `UPDATE stageq.schedules SET plan = '{"stages": []}' WHERE name = 'broken'`))
+		// PLAN is a reserved word in T-SQL: bracketed there.
+		corrupt := `UPDATE stageq.schedules SET plan = '{"stages": []}' WHERE name = 'broken'`
+		if db.Dialect == "sqlserver" {
+			corrupt = `UPDATE stageq.Schedules SET [plan] = N'{"stages": []}' WHERE name = N'broken'`
+		}
+		db.exec(t, schedSQL(db, corrupt))
 		startWorkers(t, db, 1, fastConfig(), nil)
 		waitFor(t, 30*time.Second, "three runs of the healthy schedule", func() bool {
 			n := 0
