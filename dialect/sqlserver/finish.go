@@ -3,17 +3,21 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
 )
 
-// finishSQL calls stageq.Finish, which checks the fence (lease token), locks the
-// process row, ends the attempt in Tasks and Logs, and opens the next stage when
-// this was the last task of the current one. In: task id, token, outcome, error
-// text (empty for none), retry delay in ms (0: failed for good), and the
-// @@TRANCOUNT the caller's Querier implies (0 on the pool, 1 in a transaction
-// from BeginTx, -1 unknown). Out: whether the token still held the task.
+// finishSQL calls stageq.Finish (migrations/sqlserver/000002_hot_path.up.sql),
+// which runs stageq.FinishMany for one attempt: it checks the fence (lease
+// token) and ends the attempt in Tasks and Logs, locking the process row only
+// for a hand-back or a final failure. It does not open the next stage: the caller
+// passes the task's process to StagesAdvance once its transaction committed. In:
+// task id, token, outcome, error text (empty for none), retry delay in ms (0:
+// failed for good), and the @@TRANCOUNT the caller's Querier implies (0 on the
+// pool, 1 in a transaction from BeginTx, -1 unknown). Out: whether the token
+// still held the task.
 //
 // The @@TRANCOUNT check is the guard for atomic tasks: a body that left a
 // transaction open shows up as one level too many, and the batch refuses to
@@ -118,4 +122,142 @@ func (d *SQLServer) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string)
 		return mapErr(err)
 	}
 	return nil
+}
+
+// finishManySQL calls stageq.FinishMany: the attempts of @Results (a JSON array
+// of {id, token, outcome, error, retry_ms}) end in one transaction, each fenced
+// by its token, succeeded ones without locking any process row. In: the JSON
+// array (at most maxFinishChunk results). Out: a row (task id, NULL) per attempt
+// recorded and a row (NULL, process id) per process whose stage the batch may
+// have ended.
+const finishManySQL = `
+SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @Results nvarchar(max) = @pResults;
+EXEC stageq.FinishMany @Results = @Results;`
+
+// maxFinishChunk bounds the results of one FinishMany call: each succeeded task
+// costs about four row locks (its clustered row and three index keys) in the
+// DELETE and one in the Logs UPDATE, so 500 stay far below the 5,000 locks on one
+// object at which SQL Server attempts lock escalation.
+const maxFinishChunk = 500
+
+// finishResult is one element of finishManySQL's JSON array.
+type finishResult struct {
+	ID      int64  `json:"id"`
+	Token   int64  `json:"token"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+	RetryMs int64  `json:"retry_ms"`
+}
+
+// TaskFinishMany implements dialect.BatchFinisher, in chunks of maxFinishChunk
+// results, each its own transaction (a chunk that committed stays recorded when a
+// later one fails). A chunk is retried only after errors that guarantee nothing
+// was committed: a repeat after a lost commit would report its attempts as lost.
+func (d *SQLServer) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
+	res := dialect.FinishResult{Held: make([]bool, len(ps))}
+	held := map[int64]bool{}
+	seen := map[int64]bool{}
+	for start := 0; start < len(ps); start += maxFinishChunk {
+		chunk := ps[start:min(start+maxFinishChunk, len(ps))]
+		list := make([]finishResult, len(chunk))
+		for i, fp := range chunk {
+			list[i] = finishResult{ID: fp.TaskID, Token: fp.Token, Outcome: string(fp.Outcome), Error: fp.Error}
+			if fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0 {
+				list[i].RetryMs = millis(fp.RetryAfter)
+			}
+		}
+		body, err := json.Marshal(list)
+		if err != nil {
+			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+		}
+		var ids, pids []int64
+		err = d.retry(ctx, retrySafe, func(ctx context.Context) error {
+			ids, pids = nil, nil
+			rows, err := d.db.QueryContext(ctx, finishManySQL, nvarchar("pResults", string(body)))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id, pid sql.NullInt64
+				if err := rows.Scan(&id, &pid); err != nil {
+					return err
+				}
+				if id.Valid {
+					ids = append(ids, id.Int64)
+				}
+				if pid.Valid {
+					pids = append(pids, pid.Int64)
+				}
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+		}
+		for _, id := range ids {
+			held[id] = true
+		}
+		for _, pid := range pids {
+			if !seen[pid] {
+				seen[pid] = true
+				res.Advance = append(res.Advance, pid)
+			}
+		}
+	}
+	for i, fp := range ps {
+		res.Held[i] = held[fp.TaskID]
+	}
+	return res, nil
+}
+
+// advanceSQL calls stageq.Advance: in, a JSON array of process ids whose stage
+// may have ended (at most maxAdvanceChunk); out, those whose row another
+// transaction holds (not advanced yet). Each process is advanced in a short
+// transaction of its own, its row locked with UPDLOCK, READPAST.
+const advanceSQL = `
+SET NOCOUNT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+DECLARE @Ids nvarchar(max) = @pIds;
+EXEC stageq.Advance @Ids = @Ids;`
+
+// maxAdvanceChunk bounds the ids of one Advance call, so one call stays short.
+const maxAdvanceChunk = 500
+
+// StagesAdvance implements dialect.StageAdvancer. Idempotent, so retried after
+// any transient error.
+func (d *SQLServer) StagesAdvance(ctx context.Context, processIDs []int64) ([]int64, error) {
+	var busy []int64
+	for start := 0; start < len(processIDs); start += maxAdvanceChunk {
+		chunk := processIDs[start:min(start+maxAdvanceChunk, len(processIDs))]
+		body, err := json.Marshal(chunk)
+		if err != nil {
+			return processIDs, fmt.Errorf("advance stages of %d processes: %w", len(processIDs), err)
+		}
+		var got []int64
+		err = d.retry(ctx, retryAll, func(ctx context.Context) error {
+			got = nil
+			rows, err := d.db.QueryContext(ctx, advanceSQL, nvarchar("pIds", string(body)))
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				got = append(got, id)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			// What was not tried yet, and this chunk, are all still to do.
+			return append(busy, processIDs[start:]...), fmt.Errorf("advance stages of %d processes: %w", len(processIDs), mapErr(err))
+		}
+		busy = append(busy, got...)
+	}
+	return busy, nil
 }

@@ -13,11 +13,11 @@ import (
 // it holds but that is missing here was rescued and must be abandoned. In: worker
 // id, lease ms. Out: task ids.
 //
-// Locks: a seek on IX_Tasks_Worker (update locks on the worker's own entries),
-// then the clustered rows and IX_Tasks_Lease entries (exclusive). Finish and
-// Rescue reach a running task through IX_Tasks_Worker too, so they queue behind
-// this statement (or it behind them) instead of deadlocking; lease_expires_at is
-// in no index the claim, the barrier or a slot count reads.
+// Locks: a clustered-key seek per listed task (FORCESEEK: the list is joined by
+// id), exclusive on the rows the worker still holds. lease_expires_at is in no
+// index, so nothing else is written. FinishMany and Rescue reach a running task
+// by its clustered key too, so they queue behind this statement (or it behind
+// them) on the one row instead of each holding half.
 const extendSQL = `
 SET NOCOUNT ON;
 DECLARE @WorkerId nvarchar(200) = @pWorkerId,
@@ -26,7 +26,7 @@ DECLARE @WorkerId nvarchar(200) = @pWorkerId,
 UPDATE t
    SET lease_expires_at = DATEADD(millisecond, @LeaseMs, SYSUTCDATETIME())
 OUTPUT inserted.id, inserted.lease_token
-  FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Worker))
+  FROM stageq.Tasks AS t WITH (ROWLOCK, FORCESEEK)
   JOIN OPENJSON(@Tasks) WITH (id bigint '$.id', token bigint '$.token') AS h
     ON h.id = t.id AND h.token = t.lease_token
  WHERE t.worker_id = @WorkerId AND t.state = 'running';`
@@ -75,8 +75,10 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 }
 
 // rescueSQL calls stageq.Rescue: up to @Max tasks whose lease expired go back to
-// the queue (or fail when out of attempts), one short transaction per task. In:
-// rows per pass (1..1000). Out: how many it rescued.
+// the queue (or fail when out of attempts), one short transaction per task; then
+// up to @Max processes whose stage ended without being advanced (a worker died
+// between a completion and its advance) are advanced. In: rows per pass
+// (1..1000). Out: how many tasks it rescued.
 const rescueSQL = `
 SET NOCOUNT ON;
 DECLARE @Max int = @pMax,

@@ -15,10 +15,12 @@ var _ dialect.Operator = (*SQLServer)(nil)
 // Operator commands (queuectl). Each change runs as one batch with its own
 // transaction (nested in the caller's when ProcessConfigure is given one), in the
 // queue's lock order: the process row with UPDLOCK first, then its task rows, then
-// stageq.OpenStage, which re-derives the stage and the run-queue state. Bulk changes
-// go 1,000 rows per statement, below the lock-escalation threshold, and
-// processes.failed_tasks is recounted from the task rows (a seek on IX_Tasks_Ready)
-// after every change.
+// stageq.OpenStage, which re-derives the stage and stamps the turns of the tasks
+// it opens. Tasks put back in the queue go back blocked, so that OpenStage gives
+// them a fresh virtual time when their stage is the open one. Bulk changes go
+// 1,000 rows per statement, below the lock-escalation threshold, and
+// processes.failed_tasks is recounted from the task rows (a seek on
+// IX_Tasks_Failed) after every change.
 
 // processOpSQL changes one process, named @Name, under its row lock. @Op is
 // 'configure' (priority, weight, max_parallel: each applied when its flag is set;
@@ -48,14 +50,14 @@ IF @Pid IS NOT NULL
 BEGIN
     IF @Op = 'configure'
     BEGIN
-        UPDATE stageq.Processes
-           SET priority = CASE WHEN @SetPriority = 1 THEN @Priority ELSE priority END,
-               weight = CASE WHEN @SetWeight = 1 THEN @Weight ELSE weight END,
-               max_parallel = CASE WHEN @SetMaxParallel = 0 THEN max_parallel
-                                   WHEN @MaxParallel = 0 THEN NULL ELSE @MaxParallel END,
-               updated_at = @Now
-         WHERE id = @Pid;
-        SET @Rows = @@ROWCOUNT;
+        -- A new priority reaches the waiting tasks' copy of it; a new weight
+        -- re-spaces their turns (stageq.Configure).
+        IF @SetPriority = 0 SET @Priority = NULL;
+        IF @SetWeight = 0 SET @Weight = NULL;
+        IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
+        EXEC stageq.Configure @ProcessId = @Pid, @Priority = @Priority, @Weight = @Weight,
+             @MaxParallel = @MaxParallel;
+        SET @Rows = 1;
     END
     ELSE IF @Op IN ('pause', 'resume')
     BEGIN
@@ -68,9 +70,8 @@ BEGIN
         WHILE 1 = 1
         BEGIN
             UPDATE TOP (1000) t
-               SET state = CASE WHEN t.execution_order = @Cur THEN 'available' ELSE 'blocked' END,
-                   attempt = 0, run_at = @Now
-              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Ready))
+               SET state = 'blocked', attempt = 0, run_at = @Now
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
              WHERE t.process_id = @Pid AND t.state = 'failed';
             SET @Batch = @@ROWCOUNT;
             SET @Rows = @Rows + @Batch;
@@ -82,7 +83,7 @@ BEGIN
         WHILE 1 = 1
         BEGIN
             DELETE TOP (1000) t
-              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Ready))
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
              WHERE t.process_id = @Pid AND t.state = 'failed';
             SET @Batch = @@ROWCOUNT;
             SET @Rows = @Rows + @Batch;
@@ -94,8 +95,8 @@ BEGIN
         WHILE 1 = 1
         BEGIN
             DELETE TOP (1000) t
-              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Ready))
-             WHERE t.process_id = @Pid AND t.state IN ('blocked', 'available', 'failed');
+              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
+             WHERE t.process_id = @Pid AND t.state IN ('blocked', 'scheduled', 'available', 'failed');
             SET @Batch = @@ROWCOUNT;
             SET @Rows = @Rows + @Batch;
             IF @Batch < 1000 BREAK;
@@ -105,10 +106,10 @@ BEGIN
         THROW 50006, N'stageq: unknown process operation', 1;
 
     SELECT @Running = COUNT(*)
-      FROM stageq.Tasks AS r WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Ready))
+      FROM stageq.Tasks AS r WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Running))
      WHERE r.process_id = @Pid AND r.state = 'running';
     UPDATE stageq.Processes
-       SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Ready))
+       SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
                             WHERE f.process_id = @Pid AND f.state = 'failed')
      WHERE id = @Pid;
     EXEC stageq.OpenStage @ProcessId = @Pid;
@@ -234,15 +235,14 @@ BEGIN
     BEGIN
         IF @Op = 'retry'
             UPDATE t
-               SET state = CASE WHEN t.execution_order = @Cur THEN 'available' ELSE 'blocked' END,
-                   attempt = 0, run_at = @Now
+               SET state = 'blocked', attempt = 0, run_at = @Now
               FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks))
              WHERE t.id = @TaskId;
         ELSE
             DELETE t FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;
         SET @Rows = @@ROWCOUNT;
         UPDATE stageq.Processes
-           SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Ready))
+           SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
                                 WHERE f.process_id = @Pid AND f.state = 'failed')
          WHERE id = @Pid;
         EXEC stageq.OpenStage @ProcessId = @Pid;
@@ -305,7 +305,7 @@ SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName,
         @All bit = @pAll;
 SELECT t.process_id, t.execution_order,
-       SUM(CASE WHEN t.state IN ('blocked', 'available') THEN 1 ELSE 0 END),
+       SUM(CASE WHEN t.state IN ('blocked', 'scheduled', 'available') THEN 1 ELSE 0 END),
        SUM(CASE WHEN t.state = 'running' THEN 1 ELSE 0 END),
        SUM(CASE WHEN t.state = 'failed' THEN 1 ELSE 0 END)
   FROM stageq.Tasks AS t
@@ -423,7 +423,7 @@ func (d *SQLServer) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([
 const workerListSQL = `
 SET NOCOUNT ON;
 SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartbeat_at, w.stopped_at,
-       (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Worker))
+       (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Running))
          WHERE t.worker_id = w.id AND t.state = 'running'),
        SYSUTCDATETIME()
   FROM stageq.Workers AS w
@@ -508,7 +508,7 @@ SET NOCOUNT ON;
 DECLARE @Key nvarchar(400) = @pKey;
 SELECT l.[key], l.max_running, l.updated_at,
        CASE WHEN l.[key] LIKE N'kind:%'
-            THEN (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_RunningKind))
+            THEN (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Running))
                    WHERE t.kind = SUBSTRING(l.[key], 6, 200) AND t.state = 'running')
             ELSE (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_RunningLimit))
                    WHERE t.limit_key = l.[key] AND t.state = 'running')
@@ -517,7 +517,7 @@ SELECT l.[key], l.max_running, l.updated_at,
  WHERE @Key = N'' OR l.[key] = @Key
 UNION ALL
 SELECT CONCAT(N'process:', p.name), p.max_parallel, p.updated_at,
-       (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Ready))
+       (SELECT COUNT(*) FROM stageq.Tasks AS t WITH (INDEX(IX_Tasks_Running))
          WHERE t.process_id = p.id AND t.state = 'running')
   FROM stageq.Processes AS p
  WHERE p.max_parallel IS NOT NULL AND (@Key = N'' OR CONCAT(N'process:', p.name) = @Key)

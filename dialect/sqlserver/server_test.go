@@ -296,3 +296,79 @@ func TestServerLongStatementOutlivesConnectionTimeout(t *testing.T) {
 		t.Fatalf("a 3 s statement with connection timeout=1 failed after %s: %v", time.Since(start), err)
 	}
 }
+
+// TestServerFinishManyMixedOutcomes: one FinishMany batch with every kind of
+// result — a success, a retry, a final failure, a release, and a token that no
+// longer holds — changes each task as PostgreSQL's finish_many does, marks the
+// process failed in the same transaction, and reports no advance while tasks of
+// the stage are left waiting.
+func TestServerFinishManyMixedOutcomes(t *testing.T) {
+	d, babelfish := openMigrated(t)
+	if babelfish {
+		// Seen failing there: "missing FROM-clause entry for table tasks".
+		t.Skip("Babelfish, not SQL Server: the hand-back UPDATE t ... OUTPUT ... INTO @Ended FROM stageq.Tasks AS t of stageq.FinishMany hits its gap G2")
+	}
+	ctx := context.Background()
+	if _, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "mixed", Tasks: append(tasksOf(4, 1, "sql"), tasksOf(1, 2, "sql")...)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 10, Token: 7, Lease: time.Minute})
+	if err != nil || len(got) != 4 {
+		t.Fatalf("claim: %d tasks, %v; want the 4 of order 1", len(got), err)
+	}
+	ps := []dialect.FinishParams{
+		{TaskID: got[0].ID, Token: 7, Outcome: dialect.OutcomeSucceeded},
+		{TaskID: got[1].ID, Token: 7, Outcome: dialect.OutcomeFailed, Error: "again", RetryAfter: time.Hour},
+		{TaskID: got[2].ID, Token: 7, Outcome: dialect.OutcomeFailed, Error: "boom"},
+		{TaskID: got[3].ID, Token: 7, Outcome: dialect.OutcomeReleased},
+		{TaskID: got[3].ID + 1000, Token: 7, Outcome: dialect.OutcomeSucceeded}, // no such task
+	}
+	res, err := d.TaskFinishMany(ctx, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, true, true, false}; fmt.Sprint(res.Held) != fmt.Sprint(want) {
+		t.Errorf("held %v, want %v", res.Held, want)
+	}
+	if len(res.Advance) != 0 {
+		t.Errorf("advance %v; want none (tasks of stage 1 are left waiting)", res.Advance)
+	}
+	if got := stateCounts(t, d.DB(), "mixed"); got["scheduled@1"] != 1 || got["failed@1"] != 1 || got["available@1"] != 1 || got["blocked@2"] != 1 || len(got) != 4 {
+		t.Errorf("states %v; want one scheduled, one failed, one available at 1 and one blocked at 2", got)
+	}
+	p, err := d.ProcessGet(ctx, "mixed")
+	if err != nil || p.State != dialect.ProcessFailed {
+		t.Errorf("process %+v, %v; want failed", p, err)
+	}
+	// The same results again: no token holds any more.
+	res, err = d.TaskFinishMany(ctx, ps[:1])
+	if err != nil || res.Held[0] {
+		t.Errorf("finishing a finished task again: held %v, %v", res.Held, err)
+	}
+}
+
+// TestServerWeightsInterleave: tasks of a weight-3 process take three turns to a
+// weight-1 process's one, in one claim; equal weights alternate.
+func TestServerWeightsInterleave(t *testing.T) {
+	d, _ := openMigrated(t)
+	ctx := context.Background()
+	three := 3
+	if _, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "heavy", Tasks: tasksOf(6, 0, "sql"),
+		Settings: &dialect.ProcessSettings{Weight: &three}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "light", Tasks: tasksOf(6, 0, "sql")}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 8, Token: 1, Lease: time.Minute})
+	if err != nil || len(got) != 8 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	n := map[string]int{}
+	for _, c := range got {
+		n[c.Process]++
+	}
+	if n["heavy"] != 6 || n["light"] != 2 {
+		t.Errorf("claimed %v; want heavy 6 and light 2 (weight 3 to 1, heavy's backlog stamped first)", n)
+	}
+}

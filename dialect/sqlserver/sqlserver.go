@@ -3,8 +3,10 @@
 //
 // The stage barrier, the fair claim and the limits live in the procedures the
 // migrations install (migrations/sqlserver: stageq.Claim, stageq.Submit,
-// stageq.Finish, stageq.Rescue, stageq.OpenStage, stageq.RefreshProcess,
-// stageq.Enqueue). Every statement this package sends is a named constant directly
+// stageq.FinishMany, stageq.Finish, stageq.Advance, stageq.Rescue,
+// stageq.OpenStage, stageq.Configure, stageq.Enqueue). As on PostgreSQL, a
+// completion does not move its process to the next stage: StagesAdvance does,
+// after the completion committed, so that finishing a task locks no shared row. Every statement this package sends is a named constant directly
 // above the method that runs it, listed in statements.go and checked by
 // statements_test.go: each parameter is copied into a local variable of the
 // column's exact type and size, so the parameter declaration the driver sends is
@@ -35,8 +37,10 @@ type SQLServer struct {
 }
 
 var (
-	_ dialect.Dialect   = (*SQLServer)(nil)
-	_ dialect.Scheduler = (*SQLServer)(nil)
+	_ dialect.Dialect       = (*SQLServer)(nil)
+	_ dialect.Scheduler     = (*SQLServer)(nil)
+	_ dialect.BatchFinisher = (*SQLServer)(nil)
+	_ dialect.StageAdvancer = (*SQLServer)(nil)
 )
 
 // appName shows up as program_name in sys.dm_exec_sessions, so a DBA can tell the

@@ -22,6 +22,8 @@ var statements = []statement{
 	{name: "submit", sql: submitSQL},
 	{name: "claim", sql: claimSQL, lockingRead: true},
 	{name: "finish", sql: finishSQL},
+	{name: "finish many", sql: finishManySQL},
+	{name: "advance", sql: advanceSQL},
 	{name: "atomic body", sql: atomicBodySQL},
 	{name: "extend", sql: extendSQL},
 	{name: "rescue", sql: rescueSQL},
