@@ -105,6 +105,7 @@ func TestLastTwoFinishesOfAStage(t *testing.T) {
 // succeeds once the submission committed.
 func TestAdvanceDoesNotWaitForAHeldProcess(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
+		db.skipOnBabelfish(t, "G1: table hints are ignored, so stageq.AdvanceProcess cannot READPAST the process row the open submission holds (seen: not reported busy)")
 		sa := stageAdvancer(t, db)
 		ctx := context.Background()
 		res, err := db.Client.Submit(ctx, plan("held", "work", []int{100, 300}, func(int, int) string { return "x" }, 1))

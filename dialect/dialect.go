@@ -108,10 +108,39 @@ type StageAdvancer interface {
 
 // AtomicExecer is implemented by dialects that must guard how an atomic task's
 // SQL body runs inside the transaction that also records its completion (SQL
-// Server: a body that COMMITs or leaves a transaction open must not escape it).
-// Others run the body with tx.ExecContext.
+// Server: a body that COMMITs or leaves a transaction open must not escape it;
+// SQLite: see WriteLockHolder). Others run the body with tx.ExecContext. It
+// may end tx itself when the body failed (the caller's Rollback is then a
+// no-op).
 type AtomicExecer interface {
 	TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) error
+}
+
+// BodySessioner is implemented by dialects whose SQL bodies run in a database
+// session that can outlive a killed worker (PostgreSQL: the server notices a
+// dead client only when it next talks to it). The worker runs such a body on
+// the connection BodyConn returns, after BodyConn recorded that session in the
+// attempt's Logs row, so the rescue of the expired lease can end the body
+// before the task runs again.
+type BodySessioner interface {
+	// BodyConn takes a connection of the queue pool for attempt a's body and
+	// records its session. ErrLeaseLost: the attempt is no longer running.
+	// Any other error leaves nothing started; the connection is not returned.
+	BodyConn(ctx context.Context, a TaskLease) (*sql.Conn, error)
+}
+
+// WriteLockHolder is implemented by dialects with one writer at a time for the
+// whole database (SQLite), whose atomic tasks hold that write lock while their
+// body runs: no heartbeat, completion or rescue of any worker can write
+// meanwhile, so no lease can be extended, and none rescued either. Its
+// TaskExecAtomic shifts every lease still valid when the body began by as long
+// as the body held the lock, in the atomic transaction itself (which commits
+// that shift even when the body failed); WriteHolds lets a worker's fail-fast
+// deadline count the holds of its own process the same way.
+type WriteLockHolder interface {
+	// WriteHolds reports whether an atomic body of this process holds the write
+	// lock now, and how long such bodies have held it in all since Open.
+	WriteHolds() (holding bool, total time.Duration)
 }
 
 // Task states in the Tasks table. Tasks that succeeded, were discarded or were
@@ -142,8 +171,9 @@ const (
 	OutcomeRunning   Outcome = "running"   // started, not ended (yet)
 	OutcomeSucceeded Outcome = "succeeded" // the task is done
 	OutcomeFailed    Outcome = "failed"    // the attempt failed; Logs.retry_at says whether another follows
-	OutcomeAbandoned Outcome = "abandoned" // the lease expired: the worker died or stalled
-	OutcomeReleased  Outcome = "released"  // handed back at shutdown; the attempt is not counted
+	OutcomeAbandoned Outcome = "abandoned" // lost to infrastructure: the lease expired (the worker died or stalled), or the body's connection was cut
+
+	OutcomeReleased Outcome = "released" // handed back at shutdown; the attempt is not counted
 )
 
 // DefaultProcess is the process of tasks enqueued without one. It has the seed's
@@ -200,6 +230,9 @@ type ClaimedTask struct {
 	MaxAttempts int
 	Atomic      bool
 	Token       int64
+	// Abandons is how many of the earlier attempts were abandoned (lost to a
+	// dead worker or connection): they do not count against MaxAttempts.
+	Abandons int
 }
 
 // FinishParams ends an attempt.
@@ -209,7 +242,7 @@ type FinishParams struct {
 	// ProcessID is the task's process, whose stage a StageAdvancer moves on
 	// after the finish committed (zero: unknown, left to the rescue pass).
 	ProcessID int64
-	Outcome   Outcome // succeeded, failed or released
+	Outcome   Outcome // succeeded, failed, released or abandoned (the body's database connection was lost)
 	Error     string
 	// RetryAfter, with OutcomeFailed, schedules another attempt after this delay;
 	// zero means the task has failed for good.

@@ -1,6 +1,14 @@
 package dialect
 
-import "errors"
+import (
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+)
 
 // Sentinel errors that every dialect maps its own driver errors onto, so the core
 // never inspects a driver error code.
@@ -20,3 +28,32 @@ var (
 	// ErrUnknownScheme means no dialect is registered for the DSN's scheme.
 	ErrUnknownScheme = errors.New("unknown DSN scheme")
 )
+
+// ConnLost reports whether err says the database connection itself failed —
+// closed by the server (SQLSTATE 57P01 admin shutdown, 57P02, 57P03, class 08),
+// reset, broken, or ended mid-answer — rather than the statement being refused.
+// A statement that failed so may or may not have run; a connection that failed
+// so must not be used again.
+func ConnLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) {
+		return true
+	}
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		code := st.SQLState()
+		return code == "57P01" || code == "57P02" || code == "57P03" || strings.HasPrefix(code, "08")
+	}
+	// pgx reports a connection it already closed this way.
+	return strings.Contains(err.Error(), "conn closed")
+}
+
+// DiscardConn makes the pool close conn when it is given back, instead of
+// handing it to the next caller: for a connection ConnLost condemned.
+func DiscardConn(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+}

@@ -39,8 +39,9 @@ func (w *Worker) advanceLoop(ctx context.Context, sa dialect.StageAdvancer, in <
 	try := func() {
 		slices.Sort(pending)
 		pending = slices.Compact(pending)
-		actx, cancel := context.WithTimeout(ctx, finishTimeout)
+		actx, cancel := w.stmtCtx(ctx)
 		busy, err := sa.StagesAdvance(actx, pending)
+		err = w.stmtErr(actx, ctx, "advance stages", err)
 		cancel()
 		if err != nil {
 			w.log.Warn().Err(err).Int("processes", len(pending)).Msg("could not advance stages; trying again")
@@ -56,8 +57,9 @@ func (w *Worker) advanceLoop(ctx context.Context, sa dialect.StageAdvancer, in <
 			if !ok {
 				deadline := time.Now().Add(time.Second)
 				for len(pending) > 0 && time.Now().Before(deadline) {
-					try()
-					time.Sleep(advanceRetry)
+					if try(); len(pending) > 0 {
+						time.Sleep(advanceRetry)
+					}
 				}
 				return
 			}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -38,8 +39,9 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 		for i, r := range batch {
 			ps[i] = r.fp
 		}
-		fctx, cancel := context.WithTimeout(ctx, finishTimeout)
+		fctx, cancel := w.stmtCtx(ctx)
 		res, err := bf.TaskFinishMany(fctx, ps)
+		err = w.stmtErr(fctx, ctx, fmt.Sprintf("record the end of %d tasks", len(ps)), err)
 		cancel()
 		if err == nil {
 			w.advance(res.Advance)

@@ -33,14 +33,36 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 	type beatResult struct {
 		ok   bool
 		sent time.Time
+		held time.Duration // holds of the write lock so far, when sent
 	}
 	done := make(chan beatResult, 1)
 	inFlight := false
+	// On a database with one writer (SQLite), this process's atomic bodies may
+	// hold the write lock: then no lease can be extended, nor rescued by
+	// anyone, and the atomic transaction gives every lease the time it held
+	// the lock (dialect.WriteLockHolder). The deadline does the same: it waits
+	// while a hold lasts and is put back by the holds since the last good beat.
+	holder, _ := w.d.(dialect.WriteLockHolder)
+	holds := func() (bool, time.Duration) {
+		if holder == nil {
+			return false, 0
+		}
+		return holder.WriteHolds()
+	}
+	var heldAtGood, credited time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
+			if holding, total := holds(); holding {
+				deadline.Reset(margin)
+				continue
+			} else if extra := total - heldAtGood - credited; extra > 0 {
+				credited += extra
+				deadline.Reset(extra)
+				continue
+			}
 			w.cfg.Metrics.leasesLost(w.heldCount())
 			if w.healthy.Swap(false) {
 				w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
@@ -52,11 +74,13 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			}
 			inFlight = true
 			sent := time.Now()
-			go func() { done <- beatResult{ok: w.beat(ctx), sent: sent} }()
+			_, held := holds()
+			go func() { done <- beatResult{ok: w.beat(ctx), sent: sent, held: held} }()
 		case r := <-done:
 			inFlight = false
 			if r.ok {
 				deadline.Reset(w.cfg.Lease - margin - time.Since(r.sent))
+				heldAtGood, credited = r.held, 0
 				if !w.healthy.Swap(true) {
 					w.log.Info().Msg("database reachable again; claiming resumes")
 				}

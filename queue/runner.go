@@ -2,16 +2,13 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
-
-// finishTimeout bounds recording an attempt's end, which must happen even when
-// the task's own context was cancelled.
-const finishTimeout = 30 * time.Second
 
 // runTask runs one attempt and records how it ended. It calls bodyDone when the
 // body has ended, before the end is recorded, to give the slot back.
@@ -32,7 +29,9 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask, bodyDone fu
 	fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token, ProcessID: t.ProcessID}
 	cause := context.Cause(ctx)
 	switch {
-	case errors.Is(cause, errLeaseLost):
+	case errors.Is(cause, errLeaseLost) || errors.Is(runErr, dialect.ErrLeaseLost):
+		// The second: the body's start found the attempt already rescued, so
+		// the body never ran and there is no result to record.
 		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		log.Warn().Msg("lease lost while running; another worker owns the task now, result dropped")
 		return
@@ -41,11 +40,16 @@ func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask, bodyDone fu
 		fp.Error = "released at worker shutdown: " + runErr.Error()
 	case runErr == nil:
 		fp.Outcome = dialect.OutcomeSucceeded
+	case errors.As(runErr, new(abandonError)):
+		fp.Outcome = dialect.OutcomeAbandoned
+		fp.Error = runErr.Error()
 	default:
 		fp.Outcome = dialect.OutcomeFailed
 		fp.Error = runErr.Error()
-		if !isNoRetry(runErr) && t.Attempt < t.MaxAttempts {
-			fp.RetryAfter = retryDelay(t.Attempt, w.cfg.RetryBase, w.cfg.RetryMax)
+		// Abandoned attempts (lost to a dead worker or connection) are not
+		// the task's own: they have a budget of their own.
+		if charged := t.Attempt - t.Abandons; !isNoRetry(runErr) && charged < t.MaxAttempts {
+			fp.RetryAfter = retryDelay(charged, w.cfg.RetryBase, w.cfg.RetryMax)
 		}
 	}
 
@@ -80,8 +84,11 @@ func (w *Worker) finishRetrying(ctx context.Context, fp dialect.FinishParams) er
 	giveUp := time.Now().Add(w.cfg.Lease / 2)
 	wait := 50 * time.Millisecond
 	for {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		// Recording the end must happen even when the task's own context was
+		// cancelled; the statement timeout bounds it.
+		fctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
 		err := w.finish(fctx, fp)
+		err = w.stmtErr(fctx, context.WithoutCancel(ctx), "record the task's end", err)
 		cancel()
 		if err == nil || errors.Is(err, dialect.ErrLeaseLost) || errors.Is(err, dialect.ErrInvalid) ||
 			time.Now().Add(wait).After(giveUp) {
@@ -112,8 +119,27 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 		return false, h(ctx, &Task{ID: t.ID, Process: t.Process, Order: t.Order, Kind: t.Kind,
 			Body: t.Body, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts})
 	}
+	if bs, ok := w.d.(dialect.BodySessioner); ok && w.cfg.TargetDB == nil {
+		// The body's session is recorded before it starts, so that if this
+		// worker dies the rescue of its lease ends the body first.
+		conn, err := w.bodyConn(ctx, bs, t)
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close()
+		if t.Atomic {
+			finished, err = w.executeAtomic(ctx, t, conn)
+		} else {
+			_, err = conn.ExecContext(ctx, t.Body)
+		}
+		if err != nil && ctx.Err() == nil && dialect.ConnLost(err) {
+			dialect.DiscardConn(conn)
+			return false, abandonError{fmt.Errorf("the body's database connection was lost while the body ran: %w", err)}
+		}
+		return finished, err
+	}
 	if t.Atomic {
-		return w.executeAtomic(ctx, t)
+		return w.executeAtomic(ctx, t, nil)
 	}
 	db := w.cfg.TargetDB
 	if db == nil {
@@ -125,12 +151,19 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 
 // executeAtomic runs an SQL body and the task's completion in one transaction on
 // the queue database: the body's effects commit exactly when the task is
-// recorded done, and a crash or a lost lease rolls both back.
-func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask) (bool, error) {
+// recorded done, and a crash or a lost lease rolls both back. conn, when not
+// nil, is the body's connection (dialect.BodySessioner).
+func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn *sql.Conn) (bool, error) {
 	if w.cfg.TargetDB != nil {
 		return false, NoRetry(errors.New("atomic tasks run on the queue database; this worker runs SQL on a separate target"))
 	}
-	tx, err := w.d.BeginTx(ctx)
+	var tx *sql.Tx
+	var err error
+	if conn != nil {
+		tx, err = conn.BeginTx(ctx, nil)
+	} else {
+		tx, err = w.d.BeginTx(ctx)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -157,3 +190,47 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask) (bool
 	w.advance([]int64{t.ProcessID})
 	return true, nil
 }
+
+// bodyConnTries bounds how many connections a body's start tries in a row
+// when each one it is given turns out dead.
+const bodyConnTries = 4
+
+// bodyConn takes the connection for an SQL body and records its session. A
+// connection the server already closed (the pool does not know until it is
+// used: a restart, pg_terminate_backend, a cut network) fails that first
+// statement, before the body ran: it is thrown away and another taken, at no
+// cost to the task. When every try fails so, the attempt is abandoned, which
+// its abandon budget pays for, not its attempts.
+func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, t dialect.ClaimedTask) (*sql.Conn, error) {
+	var err error
+	for try := 1; try <= bodyConnTries; try++ {
+		if try > 2 {
+			select { // a short pause before the third try and after
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(try-1) * 50 * time.Millisecond):
+			}
+		}
+		var conn *sql.Conn
+		sctx, cancel := w.stmtCtx(ctx)
+		conn, err = bs.BodyConn(sctx, dialect.TaskLease{ID: t.ID, Token: t.Token})
+		err = w.stmtErr(sctx, ctx, "start the body", err)
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil || !dialect.ConnLost(err) {
+			return nil, err
+		}
+		w.log.Warn().Err(err).Int64("task_id", t.ID).Int("try", try).Msg("a pooled connection was dead before the body started; taking another")
+	}
+	return nil, abandonError{fmt.Errorf("no live database connection for the body after %d tries: %w", bodyConnTries, err)}
+}
+
+// abandonError is an attempt lost to infrastructure (the body's database
+// connection), not to the task: it is recorded abandoned, against the task's
+// abandon budget rather than its attempts.
+type abandonError struct{ err error }
+
+func (e abandonError) Error() string { return e.err.Error() }
+func (e abandonError) Unwrap() error { return e.err }

@@ -36,6 +36,13 @@ type WorkerConfig struct {
 	// ExitWhenIdle makes Run return once no task has run for this long (the
 	// seed's @WaitingTime); zero runs until the context ends.
 	ExitWhenIdle time.Duration
+	// StatementTimeout bounds how long the worker waits for the database to
+	// answer one of the queue's own statements (claims, completions, stage
+	// advances, registration, the start of a body; not task bodies) before it
+	// gives up on it with an error that says so, and tries again (default 30s).
+	// It keeps a database that stops answering mid-statement from hanging the
+	// worker. Heartbeats are bounded by half a lease, rescue passes by a beat.
+	StatementTimeout time.Duration
 	// ShutdownGrace is how long running tasks may take to finish after the
 	// context ends (default 30s); what is still running then is released.
 	ShutdownGrace time.Duration
@@ -98,6 +105,12 @@ func (c *WorkerConfig) setDefaults() error {
 	}
 	if c.ExitWhenIdle < 0 {
 		return fmt.Errorf("worker: exit-when-idle must not be negative, got %s", c.ExitWhenIdle)
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = 30 * time.Second
+	}
+	if c.StatementTimeout < 0 {
+		return fmt.Errorf("worker: statement timeout must not be negative, got %s", c.StatementTimeout)
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
@@ -187,7 +200,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	host, _ := os.Hostname()
 	info := dialect.WorkerInfo{ID: w.cfg.ID, Hostname: host, PID: os.Getpid(), Concurrency: w.cfg.Concurrency, Version: w.cfg.Version}
-	if err := w.d.WorkerRegister(ctx, info); err != nil {
+	rctx, cancel := w.stmtCtx(ctx)
+	err := w.stmtErr(rctx, ctx, "register", w.d.WorkerRegister(rctx, info))
+	cancel()
+	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")
@@ -236,7 +252,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var tasks sync.WaitGroup
-	err := w.claimLoop(ctx, taskCtx, &tasks)
+	err = w.claimLoop(ctx, taskCtx, &tasks)
 
 	w.shutdown(&tasks, cancelTasks)
 	if w.finishes != nil { // every task has recorded its end by now
@@ -272,9 +288,12 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 		claimed := 0
 		if free > 0 && w.healthy.Load() {
 			began := time.Now()
-			got, err := w.d.TaskClaim(ctx, dialect.ClaimParams{
+			cctx, cancel := w.stmtCtx(ctx)
+			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease,
 			})
+			err = w.stmtErr(cctx, ctx, "claim", err)
+			cancel()
 			w.cfg.Metrics.claimedTasks(got, time.Since(began))
 			if err != nil {
 				if ctx.Err() != nil {
@@ -407,4 +426,19 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// stmtCtx bounds one of the queue's own statements by the statement timeout.
+func (w *Worker) stmtCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, w.cfg.StatementTimeout)
+}
+
+// stmtErr says so when a statement run under stmtCtx's sctx failed because the
+// database did not answer in time (and not because parent ended).
+func (w *Worker) stmtErr(sctx, parent context.Context, what string, err error) error {
+	if err == nil || parent.Err() != nil || !errors.Is(sctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%s: the database did not answer within the statement timeout (%s, --statement-timeout): %w",
+		what, w.cfg.StatementTimeout, err)
 }

@@ -10,15 +10,13 @@ import (
 // claimSQL leases up to $1 tasks to worker $2 with token $3 for $4 ms, and opens
 // their Logs rows, in one statement.
 //
-// stageq.claim (migrations/postgres/000001_core.up.sql) makes the
-// fairness and limit decisions: each round it seeks the run queue of runnable
-// processes (priority, then stride-scheduling pass), locks the process row with
-// SKIP LOCKED, takes one task of it that the concurrency limits admit (counted
-// from running tasks under the limit row's lock) and advances the process's pass.
-// Only runnable processes are in that index and only available tasks in the
-// per-process task index, so the claim stays a few seeks however many processes
-// are idle and however many tasks wait blocked behind a running stage. It returns
-// whole task rows, so columns added to Tasks reach the Logs insert below.
+// stageq.claim (migrations/postgres/000002_hot_path.up.sql, its body as of
+// 000006) locks no shared row: fairness is in each available task's virtual
+// time, stamped when the task became available, so the claim takes the lowest
+// virtual times of the highest priority with FOR UPDATE SKIP LOCKED in one
+// UPDATE per priority level. Only when a concurrency limit or a capped process
+// exists does it go through stageq.claim_gated, which locks the limit rows. It
+// returns whole task rows, so columns added to Tasks reach the Logs insert below.
 const claimSQL = `
 WITH claimed AS (
     SELECT * FROM stageq.claim($1, $2, $3, $4)
@@ -31,7 +29,7 @@ WITH claimed AS (
     SELECT id, process_id, process_name, execution_order, kind, body, $2, attempt, $3,
            schedule_name, scheduled_for FROM named
 )
-SELECT id, process_id, process_name, execution_order, kind, body, attempt, max_attempts, atomic
+SELECT id, process_id, process_name, execution_order, kind, body, attempt, max_attempts, atomic, abandons
   FROM named ORDER BY id`
 
 // TaskClaim implements dialect.Dialect.
@@ -45,7 +43,7 @@ func (p *Postgres) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dia
 	for rows.Next() {
 		t := dialect.ClaimedTask{Token: cp.Token}
 		if err := rows.Scan(&t.ID, &t.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body,
-			&t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
+			&t.Attempt, &t.MaxAttempts, &t.Atomic, &t.Abandons); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		out = append(out, t)

@@ -50,7 +50,7 @@ const (
 	// stageq.open_stage (run next, in the same transaction) makes it available
 	// and stamps its turn, when its stage is the open one. In: process id.
 	retryProcessSQL = `
-UPDATE stageq.tasks SET state = 'blocked', attempt = 0, run_at = now()
+UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = now()
  WHERE process_id = $1 AND state = 'failed'`
 	discardProcessSQL = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state = 'failed'`
 	cancelProcessSQL  = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state <> 'running'`
@@ -58,7 +58,7 @@ UPDATE stageq.tasks SET state = 'blocked', attempt = 0, run_at = now()
 
 	taskProcessSQL = `SELECT process_id FROM stageq.tasks WHERE id = $1`
 	taskLockSQL    = `SELECT state, coalesce(worker_id, '') FROM stageq.tasks WHERE id = $1 FOR UPDATE`
-	retryTaskSQL   = `UPDATE stageq.tasks SET state = 'blocked', attempt = 0, run_at = now() WHERE id = $1`
+	retryTaskSQL   = `UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = now() WHERE id = $1`
 	deleteTaskSQL  = `DELETE FROM stageq.tasks WHERE id = $1`
 
 	// Operator actions leave a Logs row per task they change, written before the

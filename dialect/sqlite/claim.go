@@ -35,17 +35,19 @@ SELECT process_priority FROM stageq_tasks INDEXED BY stageq_tasks_claim
    AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
  ORDER BY process_priority DESC, vtime, id
  LIMIT 1`
-	// In: worker, token, lease offset, priority, how many.
-	claimLevelSQL = `
+	// Without limits every task is admitted, so one UPDATE takes the head of
+	// the claim index across all priority levels. In: worker, token, lease
+	// offset, how many.
+	claimHeadSQL = `
 UPDATE stageq_tasks
    SET state = 'running', attempt = attempt + 1, worker_id = ?1, lease_token = ?2,
        lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?3)
  WHERE id IN (SELECT id FROM stageq_tasks INDEXED BY stageq_tasks_claim
-               WHERE state = 'available' AND process_priority = ?4
+               WHERE state = 'available'
                  AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
                ORDER BY process_priority DESC, vtime, id
-               LIMIT CAST(?5 AS INTEGER))
-RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic`
+               LIMIT CAST(?4 AS INTEGER))
+RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic, abandons`
 	// In: priority, how many, processes found full (JSON array), limit keys
 	// found full, kinds found full. Out: candidates in claim order.
 	claimCandidatesSQL = `
@@ -66,7 +68,7 @@ UPDATE stageq_tasks
    SET state = 'running', attempt = attempt + 1, worker_id = ?, lease_token = ?,
        lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?)
  WHERE id = ?
-RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic`
+RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic, abandons`
 	// A candidate its limits do not admit loses its turn: it goes behind the
 	// current virtual time. In: the new virtual time, task id.
 	claimPassOverSQL = `UPDATE stageq_tasks SET vtime = max(vtime, ?) WHERE id = ?`
@@ -94,6 +96,14 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 		if err := q.QueryRowContext(ctx, claimGatedSQL).Scan(&gated); err != nil {
 			return fmt.Errorf("claim: limits: %w", mapErr(err))
 		}
+		if !gated {
+			got, err := s.claimHead(ctx, q, cp)
+			if err != nil || len(got) == 0 {
+				return err
+			}
+			out = got
+			return claimLog(ctx, q, cp, out)
+		}
 		var below sql.NullInt64 // the priority levels served so far are above this
 		for len(out) < cp.Max {
 			var top int64
@@ -104,12 +114,7 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 			if err != nil {
 				return fmt.Errorf("claim: next priority: %w", mapErr(err))
 			}
-			var got []dialect.ClaimedTask
-			if gated {
-				got, err = s.claimAdmitted(ctx, q, cp, top, cp.Max-len(out))
-			} else {
-				got, err = s.claimLevel(ctx, q, cp, top, cp.Max-len(out))
-			}
+			got, err := s.claimAdmitted(ctx, q, cp, top, cp.Max-len(out))
 			if err != nil {
 				return err
 			}
@@ -151,10 +156,11 @@ func claimLog(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, ou
 	return rows.Err()
 }
 
-// claimLevel leases up to take available tasks of one priority in claim order,
-// in one statement: the path when no limit exists.
-func (s *SQLite) claimLevel(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, priority int64, take int) ([]dialect.ClaimedTask, error) {
-	rows, err := q.QueryContext(ctx, claimLevelSQL, cp.WorkerID, cp.Token, offset(cp.Lease), priority, take)
+// claimHead leases up to cp.Max available tasks in claim order (priority, then
+// virtual time) in one statement: the path when no limit exists.
+func (s *SQLite) claimHead(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
+	take := cp.Max
+	rows, err := q.QueryContext(ctx, claimHeadSQL, cp.WorkerID, cp.Token, offset(cp.Lease), take)
 	if err != nil {
 		return nil, fmt.Errorf("claim: lease tasks: %w", mapErr(err))
 	}
@@ -162,7 +168,7 @@ func (s *SQLite) claimLevel(ctx context.Context, q dialect.Querier, cp dialect.C
 	got := make([]dialect.ClaimedTask, 0, take)
 	for rows.Next() {
 		t := dialect.ClaimedTask{Token: cp.Token}
-		if err := rows.Scan(&t.ID, &t.ProcessID, &t.Order, &t.Kind, &t.Body, &t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
+		if err := rows.Scan(&t.ID, &t.ProcessID, &t.Order, &t.Kind, &t.Body, &t.Attempt, &t.MaxAttempts, &t.Atomic, &t.Abandons); err != nil {
 			return nil, fmt.Errorf("claim: lease tasks: %w", err)
 		}
 		got = append(got, t)
@@ -257,7 +263,7 @@ func (s *SQLite) claimAdmitted(ctx context.Context, q dialect.Querier, cp dialec
 			}
 			t := dialect.ClaimedTask{Token: cp.Token}
 			if err := q.QueryRowContext(ctx, claimTaskSQL, cp.WorkerID, cp.Token, offset(cp.Lease), c.id).Scan(
-				&t.ID, &t.ProcessID, &t.Order, &t.Kind, &t.Body, &t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
+				&t.ID, &t.ProcessID, &t.Order, &t.Kind, &t.Body, &t.Attempt, &t.MaxAttempts, &t.Atomic, &t.Abandons); err != nil {
 				return nil, fmt.Errorf("claim: lease task %d: %w", c.id, mapErr(err))
 			}
 			got = append(got, t)

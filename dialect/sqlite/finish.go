@@ -29,6 +29,16 @@ UPDATE stageq_tasks
  WHERE id = ? AND lease_token = ? AND state = 'running'
 RETURNING process_id`
 
+	// The body's connection was lost (dialect.OutcomeAbandoned): back like a
+	// released task, counted against the abandon budget. In: error, id, token.
+	finishAbandonedSQL = `
+UPDATE stageq_tasks
+   SET state = CASE WHEN abandons + 1 >= ` + maxAbandonsSQL + ` THEN 'failed' ELSE ` + backStateSQL + ` END,
+       abandons = abandons + 1, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ` + abandonErrorSQL + `,
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE id = ?2 AND lease_token = ?3 AND state = 'running'
+RETURNING process_id, last_error`
+
 	// In: retry offset, error, id, token.
 	finishRetrySQL = `
 UPDATE stageq_tasks
@@ -118,6 +128,8 @@ func finishOne(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) 
 		err = q.QueryRowContext(ctx, finishSucceededSQL, fp.TaskID, fp.Token).Scan(&processID)
 	case fp.Outcome == dialect.OutcomeReleased:
 		err = q.QueryRowContext(ctx, finishReleasedSQL, fp.TaskID, fp.Token).Scan(&processID)
+	case fp.Outcome == dialect.OutcomeAbandoned:
+		err = q.QueryRowContext(ctx, finishAbandonedSQL, errText, fp.TaskID, fp.Token).Scan(&processID, &errText)
 	case fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0:
 		err = q.QueryRowContext(ctx, finishRetrySQL, offset(fp.RetryAfter), errText, fp.TaskID, fp.Token).Scan(&processID, &retryAt)
 	case fp.Outcome == dialect.OutcomeFailed:

@@ -44,23 +44,40 @@ func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) 
 }
 
 const (
+	// maxAbandonsSQL is how many abandoned attempts (lost to a dead worker or
+	// connection) a task may have before it fails for good; they do not count
+	// against its max_attempts (migration 000005).
+	maxAbandonsSQL = "10"
+	// abandonErrorSQL is the error recorded for an abandoned attempt, from the
+	// cause ?1 and the task's abandons before it.
+	abandonErrorSQL = `CASE WHEN abandons + 1 >= ` + maxAbandonsSQL + `
+      THEN coalesce(nullif(?1, ''), 'abandoned') || '; abandoned ' || (abandons + 1)
+           || ' times (its worker died or lost its database connection each time): failed for good'
+      ELSE coalesce(nullif(?1, ''), 'abandoned') || ' (abandoned ' || (abandons + 1) || ' of ' || ` + maxAbandonsSQL + `
+           || ' times; not counted against max_attempts)' END`
+)
+
+const (
 	// In: limit. Out: expired leases, oldest first (a seek on stageq_tasks_lease).
 	rescueFindSQL = `
 SELECT id, process_id, lease_token, worker_id FROM stageq_tasks
  WHERE state = 'running' AND lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now')
  ORDER BY lease_expires_at
  LIMIT ?`
-	// A task out of attempts fails for good; otherwise it runs again now.
-	// In: error, id, token.
+	// An expired lease counts against the task's abandon budget, not its
+	// attempts: a task out of that budget fails for good; otherwise it runs
+	// again now. In: error, id, token. Out: the error recorded.
 	rescueTaskSQL = `
 UPDATE stageq_tasks
-   SET state = CASE WHEN attempt >= max_attempts THEN 'failed'
+   SET state = CASE WHEN abandons + 1 >= ` + maxAbandonsSQL + ` THEN 'failed'
                     WHEN execution_order = (SELECT current_order FROM stageq_processes p
                                              WHERE p.id = stageq_tasks.process_id AND p.paused = 0)
                     THEN 'available' ELSE 'blocked' END,
-       run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ?,
+       abandons = abandons + 1,
+       run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ` + abandonErrorSQL + `,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'`
+ WHERE id = ?2 AND lease_token = ?3 AND state = 'running'
+RETURNING last_error`
 	// In: error, id, token.
 	rescueLogSQL = `
 UPDATE stageq_logs
@@ -96,7 +113,7 @@ func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams)
 		}
 		for _, e := range found {
 			msg := "lease expired: worker " + e.worker + " stopped extending it"
-			if _, err := q.ExecContext(ctx, rescueTaskSQL, msg, e.id, e.token); err != nil {
+			if err := q.QueryRowContext(ctx, rescueTaskSQL, msg, e.id, e.token).Scan(&msg); err != nil {
 				return mapErr(err)
 			}
 			if _, err := q.ExecContext(ctx, rescueLogSQL, msg, e.id, e.token); err != nil {

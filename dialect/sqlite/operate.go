@@ -47,14 +47,14 @@ RETURNING vtime`
 	// openStage (run next, in the same transaction) makes it available with its
 	// turn stamped, when its stage is the open one. In: process id.
 	opRetryProcessSQL = `
-UPDATE stageq_tasks SET state = 'blocked', attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
+UPDATE stageq_tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
  WHERE process_id = ?1 AND state = 'failed'`
 	opDiscardProcessSQL = `DELETE FROM stageq_tasks WHERE process_id = ? AND state = 'failed'`
 	opCancelProcessSQL  = `DELETE FROM stageq_tasks WHERE process_id = ? AND state <> 'running'`
 	opRunningSQL        = `SELECT count(*) FROM stageq_tasks WHERE process_id = ? AND state = 'running'`
 	opTaskSQL           = `SELECT process_id, state, coalesce(worker_id, '') FROM stageq_tasks WHERE id = ?`
 	opRetryTaskSQL      = `
-UPDATE stageq_tasks SET state = 'blocked', attempt = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id = ?`
+UPDATE stageq_tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now') WHERE id = ?`
 	opDeleteTaskSQL = `DELETE FROM stageq_tasks WHERE id = ?`
 
 	// Operator actions leave a Logs row per task they change, written before the

@@ -40,6 +40,8 @@ type SQLite struct {
 	// SQL again on every call.
 	stmtMu sync.RWMutex
 	stmts  map[string]*sql.Stmt
+
+	holds writeHolds // atomic bodies holding the write lock (atomic.go)
 }
 
 // Open opens (creating if missing) the database file named by the DSN:

@@ -86,6 +86,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.DurationVar(&cfg.PollMax, "poll-max", 2*time.Second, "longest wait between polls of an empty queue")
 	f.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "exit once no task has run for this long (0: run until stopped)")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running tasks may take to finish before they are released")
+	f.DurationVar(&cfg.StatementTimeout, "statement-timeout", 30*time.Second, "longest wait for the database to answer one of the queue's own statements (claims, completions; not task bodies) before the worker gives up on it, says so and tries again")
 	f.DurationVar(&cfg.RetryBase, "retry-base", time.Second, "backoff after the first failed attempt (doubles per attempt)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 10*time.Minute, "longest backoff between attempts")
 	f.StringVar(&targetDSN, "target-dsn", "", "run SQL bodies on this database instead of the queue's")
@@ -141,7 +142,7 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 	}{
 		{"lease", cfg.Lease, false}, {"poll-max", cfg.PollMax, false}, {"retry-base", cfg.RetryBase, false},
 		{"retry-max", cfg.RetryMax, false}, {"heartbeat", cfg.Heartbeat, true}, {"exit-when-idle", cfg.ExitWhenIdle, true},
-		{"shutdown-grace", cfg.ShutdownGrace, true}, {"retain-logs", cfg.Retention.Logs, true},
+		{"shutdown-grace", cfg.ShutdownGrace, true}, {"statement-timeout", cfg.StatementTimeout, false}, {"retain-logs", cfg.Retention.Logs, true},
 		{"retain-workers", cfg.Retention.Workers, true}, {"retain-processes", cfg.Retention.Processes, true},
 		{"prune-every", cfg.Retention.Every, false},
 	} {

@@ -1,0 +1,134 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// TestOrphanBodiesEnd (PostgreSQL; issue 10, item 15): a worker process running
+// three SQL bodies (pg_sleep) under a limit of 3 is SIGKILLed, or SIGSTOPped
+// (a frozen host: its sockets stay open, so only the rescue can end its bodies).
+// Other workers rescue its tasks. Sampling pg_stat_activity throughout: never
+// more than 3 bodies at once, never two bodies of one task at once, so the old
+// bodies were gone before the rescued tasks started again. Every attempt's
+// session is in Logs, and every task succeeds.
+//
+// SQLite runs bodies inside the worker process, which takes them with it.
+func TestOrphanBodiesEnd(t *testing.T) {
+	for name, sig := range map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGSTOP": syscall.SIGSTOP} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testOrphanBodiesEnd(t, sig)
+		})
+	}
+}
+
+func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
+	ctx := context.Background()
+	db := newTestDB(t, newPostgresDB(t))
+	if err := limOperator(t, db).LimitSet(ctx, "orphan", 3); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	body := db.sleepSQL(6) // the victim's bodies outlive its 2s lease
+	p := plan("orphan", "", []int{1}, func(int, int) string { return body }, n)
+	p.Stages[0].Limit = "orphan"
+	p.Defaults.MaxAttempts = 3
+	if _, err := db.Client.Submit(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	// The sampler: the bodies PostgreSQL is running, by task (each body's
+	// session is named after its attempt: stageq.body_tag).
+	var mu sync.Mutex
+	maxBodies, maxPerTask, samples := 0, 0, 0
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rows, err := db.D.DB().QueryContext(ctx, `SELECT application_name FROM pg_stat_activity
+ WHERE datname = current_database() AND state = 'active' AND query = $1`, body)
+			if err != nil {
+				continue
+			}
+			perTask := map[string]int{}
+			total := 0
+			for rows.Next() {
+				var app string
+				if rows.Scan(&app) == nil {
+					task, _, _ := strings.Cut(strings.TrimPrefix(app, "stageq task "), " ")
+					perTask[task]++
+					total++
+				}
+			}
+			rows.Close()
+			mu.Lock()
+			samples++
+			maxBodies = max(maxBodies, total)
+			for _, c := range perTask {
+				maxPerTask = max(maxPerTask, c)
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	victim := spawnWorker(t, db, "--concurrency", "6", "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "50ms")
+	waitFor(t, 30*time.Second, "the victim to start 3 bodies", func() bool {
+		return db.count(t, "SELECT count(*) FROM stageq.logs WHERE outcome = 'running' AND session IS NOT NULL") == 3
+	})
+	if err := victim.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	defer victim.kill()
+
+	cfg := fastConfig()
+	cfg.Concurrency = 3
+	startWorkers(t, db, 2, cfg, nil)
+	waitFor(t, 2*time.Minute, "every task to succeed", func() bool {
+		return len(db.logs(t, dialect.LogFilter{Process: "orphan", Outcome: dialect.OutcomeSucceeded})) == n
+	})
+	close(stop)
+	<-sampled
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d samples: at most %d bodies at once, %d of one task", samples, maxBodies, maxPerTask)
+	if maxBodies > 3 {
+		t.Errorf("%d bodies ran at once under a limit of 3", maxBodies)
+	}
+	if maxPerTask > 1 {
+		t.Errorf("one task's body ran %d times at once", maxPerTask)
+	}
+	if maxBodies < 3 {
+		t.Errorf("at most %d bodies were seen at once; the test needs the limit reached", maxBodies)
+	}
+	abandoned := db.count(t, "SELECT count(*) FROM stageq.logs WHERE outcome = 'abandoned' AND session IS NOT NULL")
+	if abandoned != 3 {
+		t.Errorf("%d abandoned attempts with their session recorded, want the victim's 3", abandoned)
+	}
+	if missing := db.count(t, "SELECT count(*) FROM stageq.logs WHERE session IS NULL"); missing != 0 {
+		t.Errorf("%d attempts have no session in Logs", missing)
+	}
+	if sig == syscall.SIGSTOP {
+		// Its sessions are alive but idle or gone: none of its bodies runs.
+		left := db.count(t, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity a JOIN stageq.logs l ON l.session = a.pid
+ WHERE l.outcome = 'abandoned' AND a.state = 'active' AND a.query = '%s'`, body))
+		if left != 0 {
+			t.Errorf("%d of the stopped worker's bodies still run", left)
+		}
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE stageq_logs DROP COLUMN session;

@@ -1,0 +1,1 @@
+ALTER TABLE stageq_tasks DROP COLUMN abandons;
