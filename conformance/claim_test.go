@@ -83,7 +83,7 @@ func TestStageOrder(t *testing.T) {
 		ctx := context.Background()
 		orders := []int{100, 200, 300, 400}
 		for _, name := range []string{"alpha", "beta", "gamma"} {
-			p := plan(name, "work", orders, func(o, i int) string { return "30ms" }, 4)
+			p := plan(name, "work", orders, func(o, i int) string { return "150ms" }, 4)
 			if _, err := db.Client.Submit(ctx, p); err != nil {
 				t.Fatal(err)
 			}

@@ -30,7 +30,9 @@
       .then(function (html) {
         if (live) live.classList.remove('off');
         // Unchanged content is left alone: no flicker, hover and selection stay.
-        if (html === last) return;
+        // A field focused while the fetch was under way is kept as well: the
+        // swap would drop the focus and the selection the user just made.
+        if (html === last || dirty || editing()) return;
         last = html;
         main.innerHTML = html;
         body.setAttribute('data-updates', String(parseInt(body.getAttribute('data-updates'), 10) + 1));
