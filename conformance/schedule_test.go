@@ -238,7 +238,7 @@ func TestScheduleMissedTicks(t *testing.T) {
 			}
 			ticks := schedTicks(t, db, name)
 			if missed == dialect.MissedOnce && ticks[start.UTC()] != 1 {
-				t.Errorf("%s: catch-up tick has %d tasks, want one", name, ticks[start.UTC()])
+				t.Errorf("%s: catch-up tick has %d tasks, want one; start %s ticks %v", name, ticks[start.UTC()], start.UTC(), ticks)
 			}
 		}
 	})

@@ -80,7 +80,7 @@ func Explain(w dialect.TaskWait) []Reason {
 		out = append(out, Reason{Code: "no-worker", Text: "No live worker: none has heartbeated recently and not stopped. Start one (worker --dsn …)."})
 	} else {
 		if t.Kind != "sql" && len(w.KindWorkers) == 0 {
-			out = append(out, Reason{Code: "kind-worker", Soft: true, Text: fmt.Sprintf("No live worker has run a task of kind %q in the last day. Workers do not advertise their handlers: a worker without one fails the attempt with \"no handler for kind\".", t.Kind)})
+			out = append(out, Reason{Code: "kind-worker", Text: fmt.Sprintf("No live worker runs kind %q: a worker claims only the kinds it can run (sql always, exec with --allow-exec, any other kind once a handler is registered with Worker.Handle). Start one that does; the task waits, its attempts untouched.", t.Kind)})
 		}
 		if w.Running >= w.LiveSlots {
 			out = append(out, Reason{Code: "capacity", Text: fmt.Sprintf("Every live worker slot is busy: %d task(s) running on %d slot(s) of %d live worker(s).", w.Running, w.LiveSlots, w.LiveWorkers)})

@@ -3,6 +3,7 @@ package dialect
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"time"
 )
 
@@ -216,6 +217,9 @@ type ClaimParams struct {
 	Max      int
 	Token    int64 // the lease token (fence) of every task of this claim
 	Lease    time.Duration
+	// Kinds are the task kinds the worker can run: the claim leases no other.
+	// Nil leases every kind (tools and benchmarks); a worker always sets it.
+	Kinds []string
 }
 
 // ClaimedTask is a task leased to a worker.
@@ -274,6 +278,18 @@ type WorkerInfo struct {
 	PID         int
 	Concurrency int
 	Version     string
+	// Kinds are the task kinds the worker claims (recorded for `queuectl why`).
+	Kinds []string
+}
+
+// KindsJSON encodes kinds as the JSON array the dialects store and pass to
+// their claim statements; nil stays SQL NULL (every kind).
+func KindsJSON(kinds []string) any {
+	if kinds == nil {
+		return nil
+	}
+	b, _ := json.Marshal(kinds) // []string always encodes
+	return string(b)
 }
 
 // LogFilter selects Logs rows; zero fields do not filter.

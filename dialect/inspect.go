@@ -67,8 +67,8 @@ type TaskWait struct {
 	LiveWorkers int
 	LiveSlots   int
 	Running     int
-	// KindWorkers are live workers that ran a task of this kind in the last
-	// day (workers do not advertise their handlers; Logs is the evidence).
+	// KindWorkers are live workers that claim this kind (WorkerInfo.Kinds; a
+	// worker that recorded none claims every kind).
 	KindWorkers []string
 }
 

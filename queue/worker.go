@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +135,8 @@ type Worker struct {
 	cfg      WorkerConfig
 	log      zerolog.Logger
 	handlers map[string]Handler
+	// kinds is Kinds() as of Run: what every claim asks for.
+	kinds []string
 
 	mu      sync.Mutex
 	running map[dialect.TaskLease]context.CancelCauseFunc // attempt (task, token) -> cancel of its run, until its end is recorded
@@ -191,6 +194,22 @@ func (w *Worker) Handle(kind string, h Handler) error {
 	return nil
 }
 
+// Kinds are the task kinds this worker claims: "sql" always, "exec" when
+// AllowExec lists a program, and every kind registered with Handle. A task of
+// any other kind is left to the workers that run it; it never burns an
+// attempt here.
+func (w *Worker) Kinds() []string {
+	kinds := []string{KindSQL}
+	if len(w.cfg.AllowExec) > 0 {
+		kinds = append(kinds, KindExec)
+	}
+	for k := range w.handlers {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
 // Run claims and runs tasks until ctx ends (or, with ExitWhenIdle, the queue has
 // been idle that long). On the way out it stops claiming, gives running tasks
 // ShutdownGrace to finish, and releases the rest so other workers take them at once.
@@ -199,7 +218,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: Run called twice")
 	}
 	host, _ := os.Hostname()
-	info := dialect.WorkerInfo{ID: w.cfg.ID, Hostname: host, PID: os.Getpid(), Concurrency: w.cfg.Concurrency, Version: w.cfg.Version}
+	w.kinds = w.Kinds()
+	info := dialect.WorkerInfo{ID: w.cfg.ID, Hostname: host, PID: os.Getpid(), Concurrency: w.cfg.Concurrency,
+		Version: w.cfg.Version, Kinds: w.kinds}
 	rctx, cancel := w.stmtCtx(ctx)
 	err := w.stmtErr(rctx, ctx, "register", w.d.WorkerRegister(rctx, info))
 	cancel()
@@ -290,7 +311,7 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 			began := time.Now()
 			cctx, cancel := w.stmtCtx(ctx)
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
-				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease,
+				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
 			})
 			err = w.stmtErr(cctx, ctx, "claim", err)
 			cancel()

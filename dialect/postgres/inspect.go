@@ -50,14 +50,12 @@ SELECT count(*), coalesce(sum(concurrency), 0),
        (SELECT count(*) FROM stageq.tasks WHERE state = 'running')
   FROM stageq.workers
  WHERE stopped_at IS NULL AND heartbeat_at >= now() - $1::bigint * interval '1 millisecond'`,
-	// The last day of Logs only (a range on logs_started), so the read stays
-	// bounded however long the trail is.
+	// A worker that recorded no kinds (before version 7) claims every kind.
 	KindWorkers: `
-SELECT DISTINCT l.worker_id
-  FROM stageq.logs l JOIN stageq.workers w ON w.id = l.worker_id
- WHERE l.started_at >= now() - interval '1 day' AND l.kind = $1
-   AND w.stopped_at IS NULL AND w.heartbeat_at >= now() - $2::bigint * interval '1 millisecond'
- ORDER BY l.worker_id LIMIT $3`,
+SELECT w.id FROM stageq.workers w
+ WHERE w.stopped_at IS NULL AND w.heartbeat_at >= now() - $2::bigint * interval '1 millisecond'
+   AND (w.kinds IS NULL OR EXISTS (SELECT 1 FROM json_array_elements_text(w.kinds::json) k WHERE k = $1))
+ ORDER BY w.id LIMIT $3`,
 }
 
 // stateCountSQL counts tasks by process, stage and state, largest first (a

@@ -8,14 +8,14 @@ import (
 )
 
 const workerRegisterSQL = `
-INSERT INTO stageq.workers (id, hostname, pid, concurrency, version)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO stageq.workers (id, hostname, pid, concurrency, version, kinds)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (id) DO UPDATE
-   SET heartbeat_at = now(), stopped_at = NULL, concurrency = EXCLUDED.concurrency`
+   SET heartbeat_at = now(), stopped_at = NULL, concurrency = EXCLUDED.concurrency, kinds = EXCLUDED.kinds`
 
 // WorkerRegister implements dialect.Dialect.
 func (p *Postgres) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {
-	if _, err := p.db.ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version); err != nil {
+	if _, err := p.db.ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version, dialect.KindsJSON(w.Kinds)); err != nil {
 		return fmt.Errorf("register worker: %w", mapErr(err))
 	}
 	return nil

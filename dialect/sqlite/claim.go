@@ -17,7 +17,7 @@ import (
 // lowest virtual times (fair.go) go first, one statement for all of them when
 // no limit exists; with limits, each candidate is admitted against the slots in
 // use, and one that is not loses its turn. A task whose run_at lies ahead is
-// passed over.
+// passed over, and so is one of a kind the worker cannot run (ClaimParams.Kinds).
 //
 // LIMIT CAST(? AS INTEGER), not LIMIT ?: SQLite plans a bare bound LIMIT with
 // its value and re-prepares the statement every time another value is bound,
@@ -28,16 +28,18 @@ const (
 	// task is admitted and a priority level is leased by one UPDATE.
 	claimGatedSQL = `SELECT EXISTS (SELECT 1 FROM stageq_limits)
     OR EXISTS (SELECT 1 FROM stageq_processes WHERE max_parallel IS NOT NULL)`
-	// The highest priority with a task that may start now, below ?1 (NULL: any).
+	// The highest priority with a task that may start now, below ?1 (NULL: any),
+	// of the kinds ?2 (a JSON array; NULL: any).
 	claimTopSQL = `
 SELECT process_priority FROM stageq_tasks INDEXED BY stageq_tasks_claim
  WHERE state = 'available' AND (?1 IS NULL OR process_priority < ?1)
    AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+   AND (?2 IS NULL OR kind IN (SELECT value FROM json_each(?2)))
  ORDER BY process_priority DESC, vtime, id
  LIMIT 1`
 	// Without limits every task is admitted, so one UPDATE takes the head of
 	// the claim index across all priority levels. In: worker, token, lease
-	// offset, how many.
+	// offset, how many, kinds (a JSON array; NULL: any).
 	claimHeadSQL = `
 UPDATE stageq_tasks
    SET state = 'running', attempt = attempt + 1, worker_id = ?1, lease_token = ?2,
@@ -45,11 +47,13 @@ UPDATE stageq_tasks
  WHERE id IN (SELECT id FROM stageq_tasks INDEXED BY stageq_tasks_claim
                WHERE state = 'available'
                  AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+                 AND (?5 IS NULL OR kind IN (SELECT value FROM json_each(?5)))
                ORDER BY process_priority DESC, vtime, id
                LIMIT CAST(?4 AS INTEGER))
 RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, atomic, abandons`
 	// In: priority, how many, processes found full (JSON array), limit keys
-	// found full, kinds found full. Out: candidates in claim order.
+	// found full, kinds found full, kinds the worker runs (NULL: any). Out:
+	// candidates in claim order.
 	claimCandidatesSQL = `
 SELECT t.id, t.process_id, t.kind, t.limit_key, p.max_parallel, p.weight
   FROM stageq_tasks t INDEXED BY stageq_tasks_claim JOIN stageq_processes p ON p.id = t.process_id
@@ -58,6 +62,7 @@ SELECT t.id, t.process_id, t.kind, t.limit_key, p.max_parallel, p.weight
    AND t.process_id NOT IN (SELECT value FROM json_each(?3))
    AND coalesce(t.limit_key, '') NOT IN (SELECT value FROM json_each(?4))
    AND t.kind NOT IN (SELECT value FROM json_each(?5))
+   AND (?6 IS NULL OR t.kind IN (SELECT value FROM json_each(?6)))
  ORDER BY t.process_priority DESC, t.vtime, t.id
  LIMIT CAST(?2 AS INTEGER)`
 	// In: process.
@@ -107,7 +112,7 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 		var below sql.NullInt64 // the priority levels served so far are above this
 		for len(out) < cp.Max {
 			var top int64
-			err := q.QueryRowContext(ctx, claimTopSQL, below).Scan(&top)
+			err := q.QueryRowContext(ctx, claimTopSQL, below, dialect.KindsJSON(cp.Kinds)).Scan(&top)
 			if errors.Is(err, sql.ErrNoRows) {
 				break
 			}
@@ -160,7 +165,7 @@ func claimLog(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, ou
 // virtual time) in one statement: the path when no limit exists.
 func (s *SQLite) claimHead(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
 	take := cp.Max
-	rows, err := q.QueryContext(ctx, claimHeadSQL, cp.WorkerID, cp.Token, offset(cp.Lease), take)
+	rows, err := q.QueryContext(ctx, claimHeadSQL, cp.WorkerID, cp.Token, offset(cp.Lease), take, dialect.KindsJSON(cp.Kinds))
 	if err != nil {
 		return nil, fmt.Errorf("claim: lease tasks: %w", mapErr(err))
 	}
@@ -198,7 +203,8 @@ func (s *SQLite) claimAdmitted(ctx context.Context, q dialect.Querier, cp dialec
 		jk, _ := json.Marshal(fullK)
 		jkind, _ := json.Marshal(fullKind)
 		want := take - len(got) + claimExtra
-		rows, err := q.QueryContext(ctx, claimCandidatesSQL, priority, want, string(jp), string(jk), string(jkind))
+		rows, err := q.QueryContext(ctx, claimCandidatesSQL, priority, want, string(jp), string(jk), string(jkind),
+			dialect.KindsJSON(cp.Kinds))
 		if err != nil {
 			return nil, fmt.Errorf("claim: candidates: %w", mapErr(err))
 		}

@@ -51,15 +51,13 @@ SELECT count(*), coalesce(sum(concurrency), 0),
   FROM stageq_workers
  WHERE stopped_at IS NULL
    AND heartbeat_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (?1 / 1000.0) || ' seconds')`,
-	// The last day of Logs only (a range on stageq_logs_started), so the read
-	// stays bounded however long the trail is.
+	// A worker that recorded no kinds (before version 7) claims every kind.
 	KindWorkers: `
-SELECT DISTINCT l.worker_id
-  FROM stageq_logs l JOIN stageq_workers w ON w.id = l.worker_id
- WHERE l.started_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 day') AND l.kind = ?1
-   AND w.stopped_at IS NULL
+SELECT w.id FROM stageq_workers w
+ WHERE w.stopped_at IS NULL
    AND w.heartbeat_at >= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (?2 / 1000.0) || ' seconds')
- ORDER BY l.worker_id LIMIT ?3`,
+   AND (w.kinds IS NULL OR EXISTS (SELECT 1 FROM json_each(w.kinds) WHERE value = ?1))
+ ORDER BY w.id LIMIT ?3`,
 }
 
 // stateCountSQL counts tasks by process, stage and state, largest first (a

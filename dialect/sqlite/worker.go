@@ -8,13 +8,14 @@ import (
 )
 
 const workerRegisterSQL = `
-INSERT INTO stageq_workers (id, hostname, pid, concurrency, version) VALUES (?, ?, ?, ?, ?)
+INSERT INTO stageq_workers (id, hostname, pid, concurrency, version, kinds) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE
-   SET heartbeat_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), stopped_at = NULL, concurrency = excluded.concurrency`
+   SET heartbeat_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), stopped_at = NULL, concurrency = excluded.concurrency,
+       kinds = excluded.kinds`
 
 // WorkerRegister implements dialect.Dialect.
 func (s *SQLite) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {
-	if _, err := s.pool().ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version); err != nil {
+	if _, err := s.pool().ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version, dialect.KindsJSON(w.Kinds)); err != nil {
 		return fmt.Errorf("register worker: %w", mapErr(err))
 	}
 	return nil

@@ -13,7 +13,9 @@ import (
 // fair across processes (priority, then the virtual times stamped on the tasks),
 // within the concurrency limits, and passing over every row another session
 // holds. Without limits it locks no shared row: one UPDLOCK, READPAST UPDATE per
-// priority level. In: max, worker id, token, lease ms. Out: the claimed tasks.
+// priority level. Only the kinds the worker runs are leased (migration 7). In:
+// max, worker id, token, lease ms, kinds (a JSON array; ” for every kind). Out:
+// the claimed tasks.
 //
 // The batch sets READ COMMITTED (reverted when the batch ends): READPAST is only
 // legal at READ COMMITTED or REPEATABLE READ, and a caller's session might run at
@@ -24,8 +26,10 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @Max int = @pMax,
         @WorkerId nvarchar(200) = @pWorkerId,
         @Token bigint = @pToken,
-        @LeaseMs int = @pLeaseMs;
-EXEC stageq.Claim @Max = @Max, @WorkerId = @WorkerId, @Token = @Token, @LeaseMs = @LeaseMs;`
+        @LeaseMs int = @pLeaseMs,
+        @Kinds nvarchar(max) = @pKinds;
+IF @Kinds = N'' SET @Kinds = NULL;
+EXEC stageq.Claim @Max = @Max, @WorkerId = @WorkerId, @Token = @Token, @LeaseMs = @LeaseMs, @Kinds = @Kinds;`
 
 // maxClaim bounds one claim. A claimed task costs about four row locks in the
 // claim's UPDATE (its clustered row and three index keys) and four in the Logs
@@ -54,7 +58,8 @@ func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]di
 			integer("pMax", int32(min(cp.Max, maxClaim))),
 			nvarchar("pWorkerId", cp.WorkerID),
 			bigint("pToken", cp.Token),
-			integer("pLeaseMs", int32(leaseMs)))
+			integer("pLeaseMs", int32(leaseMs)),
+			nvarchar("pKinds", kindsParam(cp.Kinds)))
 		if err != nil {
 			return err
 		}
@@ -73,4 +78,13 @@ func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]di
 		return nil, fmt.Errorf("claim: %w", mapErr(err))
 	}
 	return out, nil
+}
+
+// kindsParam is a kinds list as the statements take it: a JSON array, or ”
+// (the batch turns it into NULL) for every kind.
+func kindsParam(kinds []string) string {
+	if j, ok := dialect.KindsJSON(kinds).(string); ok {
+		return j
+	}
+	return ""
 }

@@ -16,7 +16,7 @@ var _ dialect.Inspector = (*SQLServer)(nil)
 // process and the database's now; the unfinished tasks of lower stages, lowest
 // first; the process's running tasks; the limits the task counts against; the
 // running tasks of its limit key and of its kind; the live workers; the live
-// workers that ran its kind in the last day. Every list stops at @Max rows and
+// workers that claim its kind. Every list stops at @Max rows and
 // carries COUNT(*) OVER () (computed before TOP) as its last column. Plain
 // READ COMMITTED reads, no locks held after each statement: an explanation is a
 // snapshot for a person, never a decision. Written from Microsoft's
@@ -63,11 +63,11 @@ SELECT COUNT(*), COALESCE(SUM(w.concurrency), 0),
        (SELECT COUNT(*) FROM stageq.Tasks AS r WHERE r.state = 'running')
   FROM stageq.Workers AS w
  WHERE w.stopped_at IS NULL AND w.heartbeat_at >= @LiveSince;
-SELECT DISTINCT TOP (@Max) l.worker_id
-  FROM stageq.Logs AS l JOIN stageq.Workers AS w ON w.id = l.worker_id
- WHERE l.started_at >= DATEADD(day, -1, @Now) AND l.kind = @Kind
-   AND w.stopped_at IS NULL AND w.heartbeat_at >= @LiveSince
- ORDER BY l.worker_id;`
+SELECT TOP (@Max) w.id
+  FROM stageq.Workers AS w
+ WHERE w.stopped_at IS NULL AND w.heartbeat_at >= @LiveSince
+   AND (w.kinds IS NULL OR EXISTS (SELECT 1 FROM OPENJSON(w.kinds) AS k WHERE k.[value] = @Kind))
+ ORDER BY w.id;`
 
 // stateCountSQL counts tasks by process, stage and state, largest groups
 // first. In: max rows. Out: process name, execution_order, state, count.

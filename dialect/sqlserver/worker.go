@@ -8,7 +8,8 @@ import (
 )
 
 // workerRegisterSQL inserts a worker's row or refreshes it (same id: a restart).
-// In: id, hostname, pid, concurrency, version. Out: nothing.
+// In: id, hostname, pid, concurrency, version, kinds (a JSON array; ”: not
+// recorded, every kind). Out: nothing.
 //
 // The upsert takes UPDLOCK + SERIALIZABLE on the key, so two registrations of one
 // id queue up instead of both inserting (the pattern the docs give for "update
@@ -20,15 +21,17 @@ DECLARE @Id nvarchar(200) = @pId,
         @Hostname nvarchar(256) = @pHostname,
         @OsPid int = @pPid,
         @Concurrency int = @pConcurrency,
-        @Version nvarchar(200) = @pVersion;
+        @Version nvarchar(200) = @pVersion,
+        @Kinds nvarchar(max) = @pKinds;
+IF @Kinds = N'' SET @Kinds = NULL;
 BEGIN TRANSACTION;
 UPDATE w
-   SET heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency
+   SET heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency, kinds = @Kinds
   FROM stageq.Workers AS w WITH (UPDLOCK, SERIALIZABLE, ROWLOCK)
  WHERE w.id = @Id;
 IF @@ROWCOUNT = 0
-    INSERT INTO stageq.Workers (id, hostname, pid, concurrency, version)
-    VALUES (@Id, @Hostname, @OsPid, @Concurrency, @Version);
+    INSERT INTO stageq.Workers (id, hostname, pid, concurrency, version, kinds)
+    VALUES (@Id, @Hostname, @OsPid, @Concurrency, @Version, @Kinds);
 COMMIT TRANSACTION;`
 
 // WorkerRegister implements dialect.Dialect.
@@ -47,7 +50,8 @@ func (d *SQLServer) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) er
 			nvarchar("pHostname", w.Hostname),
 			integer("pPid", clampInt32(int64(w.PID))),
 			integer("pConcurrency", clampInt32(int64(w.Concurrency))),
-			nvarchar("pVersion", w.Version))
+			nvarchar("pVersion", w.Version),
+			nvarchar("pKinds", kindsParam(w.Kinds)))
 		return err
 	})
 	if err != nil {

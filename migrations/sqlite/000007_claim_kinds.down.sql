@@ -1,0 +1,1 @@
+ALTER TABLE stageq_workers DROP COLUMN kinds;
