@@ -132,7 +132,7 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 		} else {
 			_, err = conn.ExecContext(ctx, t.Body)
 		}
-		if err != nil && ctx.Err() == nil && dialect.ConnLost(err) {
+		if err != nil && ctx.Err() == nil && dialect.ConnLost(err) && !connAlive(ctx, conn) {
 			dialect.DiscardConn(conn)
 			return false, abandonError{fmt.Errorf("the body's database connection was lost while the body ran: %w", err)}
 		}
@@ -219,12 +219,29 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, t diale
 		if err == nil {
 			return conn, nil
 		}
-		if ctx.Err() != nil || !dialect.ConnLost(err) {
+		if ctx.Err() != nil || errors.Is(err, dialect.ErrLeaseLost) {
 			return nil, err
+		}
+		if !dialect.ConnLost(err) {
+			// The body never started: whatever kept its session from being
+			// recorded (a statement timeout, a server in recovery) is not the
+			// task's doing.
+			return nil, abandonError{fmt.Errorf("the body did not start: recording its session failed: %w", err)}
 		}
 		w.log.Warn().Err(err).Int64("task_id", t.ID).Int("try", try).Msg("a pooled connection was dead before the body started; taking another")
 	}
 	return nil, abandonError{fmt.Errorf("no live database connection for the body after %d tries: %w", bodyConnTries, err)}
+}
+
+// connAlive tells a body's own error that merely looks like a lost connection
+// (a body may RAISE any SQLSTATE, 57P01 or class 08 included) from a lost
+// connection: one that still answers a ping was not lost, and the error is the
+// body's. The ping is bounded; a connection that cannot answer within it counts
+// as lost.
+func connAlive(ctx context.Context, conn *sql.Conn) bool {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return conn.PingContext(pctx) == nil
 }
 
 // abandonError is an attempt lost to infrastructure (the body's database
