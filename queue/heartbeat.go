@@ -122,7 +122,11 @@ func (w *Worker) beat(ctx context.Context) bool {
 	defer w.mu.Unlock()
 	for _, l := range running {
 		if cancel, still := w.running[l]; still && !holds[l] {
-			w.cfg.Metrics.leasesLost(1)
+			// After a missed fail-fast deadline (unhealthy until this beat
+			// returns) every attempt was cancelled and counted already.
+			if w.healthy.Load() {
+				w.cfg.Metrics.leasesLost(1)
+			}
 			cancel(errLeaseLost)
 		}
 	}

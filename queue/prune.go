@@ -118,7 +118,10 @@ func (w *Worker) prunePass(ctx context.Context, pr dialect.Pruner, r Retention) 
 			continue
 		}
 		for range pruneMaxBatches {
-			n, err := k.prune(ctx, dialect.PruneParams{Age: k.age, Batch: r.Batch})
+			sctx, cancel := w.stmtCtx(ctx)
+			n, err := k.prune(sctx, dialect.PruneParams{Age: k.age, Batch: r.Batch})
+			err = w.stmtErr(sctx, ctx, "prune", err)
+			cancel()
 			if err != nil {
 				return st, err
 			}
@@ -128,5 +131,7 @@ func (w *Worker) prunePass(ctx context.Context, pr dialect.Pruner, r Retention) 
 			}
 		}
 	}
-	return st, pr.PruneRecord(ctx, st)
+	sctx, cancel := w.stmtCtx(ctx)
+	defer cancel()
+	return st, w.stmtErr(sctx, ctx, "prune record", pr.PruneRecord(sctx, st))
 }

@@ -39,8 +39,9 @@ type WorkerConfig struct {
 	ExitWhenIdle time.Duration
 	// StatementTimeout bounds how long the worker waits for the database to
 	// answer one of the queue's own statements (claims, completions, stage
-	// advances, registration, the start of a body; not task bodies) before it
-	// gives up on it with an error that says so, and tries again (default 30s).
+	// advances, registration, retention passes, the start of a body; not task
+	// bodies) before it gives up on it with an error that says so, and tries
+	// again (default 30s).
 	// It keeps a database that stops answering mid-statement from hanging the
 	// worker. Heartbeats are bounded by half a lease, rescue passes by a beat.
 	StatementTimeout time.Duration
