@@ -310,11 +310,18 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 		claimed := 0
 		if free > 0 && w.healthy.Load() {
 			began := time.Now()
-			cctx, cancel := w.stmtCtx(ctx)
+			// A claim in flight when shutdown begins is finished, not cut
+			// short: cancelled after the database committed it, its tasks would
+			// stay leased to this worker, unrun and unreleased, until their
+			// leases expired. Once started, they are released like the others.
+			// The shutdown grace bounds it as it bounds running tasks.
+			cctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
+			stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownGrace, cancel) })
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
 			})
 			err = w.stmtErr(cctx, ctx, "claim", err)
+			stop()
 			cancel()
 			w.cfg.Metrics.claimedTasks(got, time.Since(began))
 			if err != nil {
