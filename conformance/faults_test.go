@@ -26,11 +26,6 @@ import (
 func TestKilledWorkersChargeNothing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		db.skipOnBabelfish(t, "no claim or rescue there (harness_test.go)")
-		if db.Dialect == "sqlserver" {
-			// A missing feature, not a Babelfish gap: migrations/sqlserver/000005.
-			t.Skip("SQL Server: the abandon budget (issue 10, item 14) is not implemented there yet; " +
-				"a rescued attempt still counts against max_attempts")
-		}
 		ctx := context.Background()
 		const n, wantKills = 48, 4
 		p := plan("killed", "", []int{1, 2}, func(int, int) string { return db.sleepSQL(0.5) }, n/2)

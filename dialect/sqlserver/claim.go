@@ -15,7 +15,8 @@ import (
 // holds. Without limits it locks no shared row: one UPDLOCK, READPAST UPDATE per
 // priority level. Only the kinds the worker runs are leased (migration 7). In:
 // max, worker id, token, lease ms, kinds (a JSON array; ” for every kind). Out:
-// the claimed tasks.
+// the claimed tasks, each with its abandons (attempts lost to infrastructure,
+// not counted against max_attempts; migration 9).
 //
 // The batch sets READ COMMITTED (reverted when the batch ends): READPAST is only
 // legal at READ COMMITTED or REPEATABLE READ, and a caller's session might run at
@@ -67,7 +68,7 @@ func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]di
 		for rows.Next() {
 			t := dialect.ClaimedTask{Token: cp.Token}
 			if err := rows.Scan(&t.ID, &t.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body,
-				&t.Attempt, &t.MaxAttempts, &t.Atomic); err != nil {
+				&t.Attempt, &t.MaxAttempts, &t.Atomic, &t.Abandons); err != nil {
 				return err
 			}
 			out = append(out, t)

@@ -12,7 +12,9 @@ import (
 // finishSQL calls stageq.Finish (migrations/sqlserver/000002_hot_path.up.sql),
 // which runs stageq.FinishMany for one attempt: it checks the fence (lease
 // token) and ends the attempt in Tasks and Logs, locking the process row only
-// for a hand-back or a final failure. It does not open the next stage: the caller
+// for a hand-back or a final failure. The outcome is succeeded, failed, released
+// or abandoned (dialect.OutcomeAbandoned, migration 9: counted against the
+// task's abandon budget, not its attempts). It does not open the next stage: the caller
 // passes the task's process to StagesAdvance once its transaction committed. In:
 // task id, token, outcome, error text (empty for none), retry delay in ms (0:
 // failed for good), and the @@TRANCOUNT the caller's Querier implies (0 on the
@@ -126,7 +128,11 @@ func (d *SQLServer) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string)
 
 // finishManySQL calls stageq.FinishMany: the attempts of @Results (a JSON array
 // of {id, token, outcome, error, retry_ms}) end in one transaction, each fenced
-// by its token, succeeded ones without locking any process row. In: the JSON
+// by its token, succeeded ones without locking any process row. An outcome is
+// succeeded, failed, released or abandoned (the body's database connection was
+// lost): since migration 9 an abandoned attempt goes back like a released one and
+// counts against the task's abandon budget (10), not its max_attempts, and its
+// Logs row gets the error with the count. In: the JSON
 // array (at most maxFinishChunk results). Out: a row (task id, NULL) per attempt
 // recorded and a row (NULL, process id) per process whose stage the batch may
 // have ended.
@@ -146,7 +152,7 @@ const maxFinishChunk = 500
 type finishResult struct {
 	ID      int64  `json:"id"`
 	Token   int64  `json:"token"`
-	Outcome string `json:"outcome"`
+	Outcome string `json:"outcome"` // a dialect.Outcome: succeeded, failed, released or abandoned
 	Error   string `json:"error,omitempty"`
 	RetryMs int64  `json:"retry_ms"`
 }

@@ -75,7 +75,9 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 }
 
 // rescueSQL calls stageq.Rescue: up to @Max tasks whose lease expired go back to
-// the queue (or fail when out of attempts), one short transaction per task; then
+// the queue, one short transaction per task, each such attempt logged abandoned
+// and counted against the task's abandon budget, not its attempts (a task fails
+// for good at its 10th abandon; migration 9); then
 // up to @Max processes whose stage ended without being advanced (a worker died
 // between a completion and its advance) are advanced. In: rows per pass
 // (1..1000). Out: how many tasks it rescued.

@@ -35,7 +35,8 @@ var _ dialect.Operator = (*SQLServer)(nil)
 // processOpSQL changes one process, named @Name, under its row lock. @Op is
 // 'configure' (priority, weight, max_parallel: each applied when its flag is set;
 // max_parallel 0 removes the cap), 'pause' / 'resume', 'retry' (failed tasks run
-// again with fresh attempts, blocked when their stage is not the open one),
+// again with fresh attempts and a fresh abandon budget, blocked when their stage
+// is not the open one),
 // 'discard' (failed tasks removed as finished) or 'cancel' (every task that is not
 // running removed). @Who and @Note (the Logs.error text) go into the audit rows of
 // retry, discard and cancel. Out: found (0/1), rows changed, tasks still running.
@@ -93,7 +94,7 @@ BEGIN
             IF @Op = 'retry'
             BEGIN
                 UPDATE TOP (1000) t
-                   SET state = 'blocked', attempt = 0, run_at = @Now
+                   SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
                 OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
                        deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
                   INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
@@ -318,7 +319,7 @@ BEGIN
         IF @Op = 'retry'
         BEGIN
             UPDATE t
-               SET state = 'blocked', attempt = 0, run_at = @Now
+               SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
             OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
                    deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
               INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
