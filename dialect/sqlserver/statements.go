@@ -59,4 +59,9 @@ var statements = []statement{
 	{name: "limit delete", sql: limitDeleteSQL},
 	{name: "task wait", sql: taskWaitSQL},
 	{name: "state count", sql: stateCountSQL},
+	{name: "prune logs", sql: pruneLogsSQL},
+	{name: "prune workers", sql: pruneWorkersSQL},
+	{name: "prune processes", sql: pruneProcessesSQL},
+	{name: "prune record", sql: pruneRecordSQL},
+	{name: "prune last", sql: pruneLastSQL},
 }
