@@ -39,10 +39,10 @@ BEGIN
         seq int IDENTITY(1, 1) NOT NULL PRIMARY KEY, id bigint NOT NULL, process_id bigint NOT NULL,
         kind nvarchar(200) NOT NULL, limit_key nvarchar(200) NULL, max_parallel int NULL, weight int NOT NULL);
     DECLARE @FullProcess TABLE (id bigint NOT NULL PRIMARY KEY);
-    DECLARE @FullLimit TABLE ([key] nvarchar(200) NOT NULL PRIMARY KEY);
-    DECLARE @FullKind TABLE (kind nvarchar(200) NOT NULL PRIMARY KEY);
+    DECLARE @FullLimit TABLE ([key] nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
+    DECLARE @FullKind TABLE (kind nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
     -- The kinds the worker runs; @AnyKind = 1 (no @Kinds): every kind.
-    DECLARE @KindSet TABLE (kind nvarchar(200) NOT NULL PRIMARY KEY);
+    DECLARE @KindSet TABLE (kind nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
     DECLARE @AnyKind bit = CASE WHEN @Kinds IS NULL THEN 1 ELSE 0 END;
     IF @Kinds IS NOT NULL AND ISJSON(@Kinds) = 0
         THROW 50006, N''stageq: @Kinds must be a JSON array of kinds'', 1;
