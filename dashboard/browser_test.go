@@ -217,7 +217,7 @@ func workload(t *testing.T, dsn string) (*queue.Client, string) {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
 
-	w, err := queue.NewWorker(c, queue.WorkerConfig{ID: "worker-a", Concurrency: 3, Lease: 1500 * time.Millisecond,
+	w, err := queue.NewWorker(c, queue.WorkerConfig{ID: "worker-a", Concurrency: 3, Lease: 5 * time.Second,
 		RetryBase: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond, PollMax: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -310,9 +310,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if groups != 3 || attempts != len(logs) || abandoned != 1 || retries != 2 {
-			t.Errorf("timeline: %d stage groups (want 3), %d attempts (Logs has %d), %d abandoned (want 1), %d retries (want 2: after the abandoned and the failed attempt)",
-				groups, attempts, len(logs), abandoned, retries)
+		// What the timeline must show is what Logs holds: at least the ghost's
+		// abandoned attempt and the flaky task's failure, each followed by a
+		// retry, and more if a loaded machine let a live lease lapse too.
+		// (A retry is any attempt after a task's first; an abandoned attempt
+		// keeps its number, so attempt numbers do not count them.)
+		wantAbandoned, firsts := 0, map[int64]bool{}
+		for _, l := range logs {
+			if l.Outcome == dialect.OutcomeAbandoned {
+				wantAbandoned++
+			}
+			firsts[l.TaskID] = true
+		}
+		wantRetries := len(logs) - len(firsts)
+		if groups != 3 || attempts != len(logs) || abandoned != wantAbandoned || abandoned < 1 || retries != wantRetries || retries < 2 {
+			t.Errorf("timeline: %d stage groups (want 3), %d attempts (Logs has %d), %d abandoned (Logs has %d, want at least 1), %d retries (Logs has %d, want at least 2: after the abandoned and the failed attempt)",
+				groups, attempts, len(logs), abandoned, wantAbandoned, retries, wantRetries)
 		}
 		mustContain(t, "the timeline", text(t, b, "#timeline"), "stage 100", "stage 200", "stage 300", "abandoned", "failed, retried", "ghost-1", workerID)
 		shot(t, b, dir, name+"-process.png")
