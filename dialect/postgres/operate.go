@@ -53,7 +53,21 @@ const (
 UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = now()
  WHERE process_id = $1 AND state = 'failed'`
 	discardProcessSQL = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state = 'failed'`
-	cancelProcessSQL  = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state <> 'running'`
+	// The cancel removes and audits in one statement: a claim may take an
+	// available task at any moment (claims lock no process row), and a task it
+	// took between an audit statement and a DELETE would be recorded cancelled
+	// yet run. The DELETE's RETURNING is exactly what went. In: process id,
+	// who, outcome, note.
+	cancelProcessSQL = `
+WITH gone AS (
+    DELETE FROM stageq.tasks WHERE process_id = $1 AND state <> 'running'
+    RETURNING id, process_id, execution_order, kind, body, attempt, schedule_name, scheduled_for
+)
+INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
+                         lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
+SELECT g.id, g.process_id, p.name, g.execution_order, g.kind, g.body, $2, g.attempt,
+       0, now(), now(), 0, $3, $4, g.schedule_name, g.scheduled_for
+  FROM gone g JOIN stageq.processes p ON p.id = g.process_id`
 	runningProcessSQL = `SELECT count(*) FROM stageq.tasks WHERE process_id = $1 AND state = 'running'`
 
 	taskProcessSQL = `SELECT process_id FROM stageq.tasks WHERE id = $1`
@@ -62,16 +76,16 @@ UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = n
 	deleteTaskSQL  = `DELETE FROM stageq.tasks WHERE id = $1`
 
 	// Operator actions leave a Logs row per task they change, written before the
-	// change under the same locks. In: process id (or task id), who, outcome,
-	// note, and whether every task that is not running counts (cancel) or only
-	// failed ones (retry, discard).
+	// change under the same locks (failed tasks change only under their
+	// process's lock, so none can slip between the two). In: process id (or
+	// task id), who, outcome, note.
 	auditProcessSQL = `
 INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
 SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, $2, t.attempt,
        0, now(), now(), 0, $3, $4, t.schedule_name, t.scheduled_for
   FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
- WHERE t.process_id = $1 AND (t.state = 'failed' OR ($5 AND t.state <> 'running'))`
+ WHERE t.process_id = $1 AND t.state = 'failed'`
 	auditTaskSQL = `
 INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
@@ -87,7 +101,7 @@ SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, $2, t.atte
 // auditProcess writes the Logs rows of an operator action on a locked process;
 // markCancelled, for removals, marks it cancelled once open_stage found it empty.
 func auditProcess(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
-	_, err := q.ExecContext(ctx, auditProcessSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o), o == dialect.OutcomeCancelled)
+	_, err := q.ExecContext(ctx, auditProcessSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o))
 	if err != nil {
 		return fmt.Errorf("audit: %w", mapErr(err))
 	}
@@ -194,10 +208,8 @@ func (p *Postgres) ProcessDiscard(ctx context.Context, name string) (int, error)
 // ProcessCancel implements dialect.Operator.
 func (p *Postgres) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
 	err = p.withProcessThen(ctx, nil, name, func(q dialect.Querier, id int64) error {
-		if err := auditProcess(ctx, q, id, dialect.OutcomeCancelled); err != nil {
-			return fmt.Errorf("cancel process %q: %w", name, err)
-		}
-		res, err := q.ExecContext(ctx, cancelProcessSQL, id)
+		o := dialect.OutcomeCancelled
+		res, err := q.ExecContext(ctx, cancelProcessSQL, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o))
 		if err != nil {
 			return fmt.Errorf("cancel process %q: %w", name, mapErr(err))
 		}
