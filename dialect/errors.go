@@ -30,7 +30,8 @@ var (
 )
 
 // ConnLost reports whether err says the database connection itself failed —
-// closed by the server (SQLSTATE 57P01 admin shutdown, 57P02, 57P03, class 08),
+// closed by the server (SQLSTATE 57P01 admin shutdown, 57P02, 57P03, class 08;
+// SQL Server: an error of severity 20 or more, such as a session ended by KILL),
 // reset, broken, or ended mid-answer — rather than the statement being refused.
 // A statement that failed so may or may not have run; a connection that failed
 // so must not be used again.
@@ -47,6 +48,18 @@ func ConnLost(err error) bool {
 	if errors.As(err, &st) {
 		code := st.SQLState()
 		return code == "57P01" || code == "57P02" || code == "57P03" || strings.HasPrefix(code, "08")
+	}
+	// SQL Server (go-mssqldb's mssql.Error, also inside its ServerError): severity
+	// 20 to 24 are fatal errors; the Database Engine task running the batch no
+	// longer runs and in most cases the connection ends too. A session another one
+	// ended with KILL gets such an error when the driver reads the answer before
+	// the closed socket; go-mssqldb itself keeps using the connection until its
+	// next request fails. The driver reports only the last error of a response at
+	// the top level: the fatal one, which ends the response.
+	// https://learn.microsoft.com/sql/relational-databases/errors-events/database-engine-error-severities
+	var sev interface{ SQLErrorClass() uint8 }
+	if errors.As(err, &sev) && sev.SQLErrorClass() >= 20 {
+		return true
 	}
 	// pgx reports a connection it already closed this way.
 	return strings.Contains(err.Error(), "conn closed")

@@ -99,7 +99,13 @@ func (d *SQLServer) TaskFinish(ctx context.Context, q dialect.Querier, fp dialec
 // error 266 (mismatching BEGIN and COMMIT), with the same result. Only then does
 // the nesting level come back down, and nothing is durable until the worker
 // commits after TaskFinish.
+//
+// The batch sets XACT_ABORT ON for itself (a SET in a parameterised batch ends
+// with it): since migration 10 an SQL body's transaction is begun on the body's
+// own connection (dialect.BodySessioner; queue/runner.go calls conn.BeginTx),
+// not by BeginTx, so the session-level SET of beginTxSQL may be missing.
 const atomicBodySQL = `
+SET XACT_ABORT ON;
 DECLARE @Body nvarchar(max) = @pBody,
         @TranCount int = @@TRANCOUNT,
         @Msg nvarchar(2048);

@@ -27,6 +27,7 @@ var statements = []statement{
 	{name: "atomic body", sql: atomicBodySQL},
 	{name: "extend", sql: extendSQL},
 	{name: "rescue", sql: rescueSQL},
+	{name: "body session", sql: bodySessionSQL},
 	{name: "worker register", sql: workerRegisterSQL},
 	{name: "worker heartbeat", sql: workerHeartbeatSQL},
 	{name: "worker stop", sql: workerStopSQL},

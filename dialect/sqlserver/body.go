@@ -1,0 +1,53 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// bodySessionSQL calls stageq.BodySession (migrations/sqlserver/000010): in the
+// body's own session it checks that the attempt still runs under its token,
+// records @@SPID in the attempt's Logs row and tags the session with the attempt
+// (SET CONTEXT_INFO), so that stageq.Rescue can KILL a body whose worker died.
+// In: task id, lease token. Out: whether the attempt still runs (0: rescued or
+// finished meanwhile; the body must not start).
+//
+// No SET NOCOUNT ON here, unlike the other batches: a SET in a batch stays in
+// effect for the session, and the body runs next on this very session; the
+// procedure sets NOCOUNT for itself, which ends when it returns.
+const bodySessionSQL = `
+DECLARE @TaskId bigint = @pTaskId,
+        @Token bigint = @pToken,
+        @Running bit = 0;
+EXEC stageq.BodySession @TaskId = @TaskId, @Token = @Token, @Running = @Running OUTPUT;
+SELECT @Running;`
+
+// BodyConn implements dialect.BodySessioner: it takes a connection of the pool
+// for attempt a's body and records that connection's session (migration 10).
+// dialect.ErrLeaseLost: the attempt no longer runs under a.Token.
+func (d *SQLServer) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Conn, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("body connection: %w", err)
+	}
+	var running bool
+	if err := conn.QueryRowContext(ctx, bodySessionSQL,
+		bigint("pTaskId", a.ID),
+		bigint("pToken", a.Token)).Scan(&running); err != nil {
+		if dialect.ConnLost(err) {
+			dialect.DiscardConn(conn)
+		}
+		conn.Close()
+		return nil, fmt.Errorf("record the body's session of task %d: %w", a.ID, mapErr(err))
+	}
+	if !running {
+		conn.Close()
+		return nil, fmt.Errorf("record the body's session of task %d: %w", a.ID, dialect.ErrLeaseLost)
+	}
+	return conn, nil
+}
+
+var _ dialect.BodySessioner = (*SQLServer)(nil)
