@@ -205,3 +205,58 @@ func TestOpenSubmissionDoesNotStallOthers(t *testing.T) {
 		})
 	})
 }
+
+// TestHandBackDoesNotStallSuccesses (issue 10, item 10): a retry is handed back
+// under its process's row lock, which an application's open submission holds;
+// the results of other processes' tasks, finished meanwhile by the same
+// worker, are recorded without waiting for it. (Not SQLite: one writer.)
+func TestHandBackDoesNotStallSuccesses(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.Dialect == "sqlite" {
+			t.Skip("SQLite has one writer at a time: an open write transaction holds every finish back")
+		}
+		db.skipOnBabelfish(t, "G1: table hints are ignored (harness_test.go)")
+		ctx := context.Background()
+		if _, err := db.Client.Enqueue(ctx, "busy", 1, stages.Task{Kind: "flaky", Body: "fails once"}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		if _, err := db.Client.Submit(ctx, plan("others", "work", []int{1}, func(int, int) string { return "x" }, n)); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.D.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := db.Client.SubmitTx(ctx, tx, plan("busy", "work", []int{1}, func(int, int) string { return "y" }, 1)); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fastConfig()
+		cfg.Concurrency = 3
+		startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
+			w.Handle("work", func(context.Context, *queue.Task) error {
+				time.Sleep(100 * time.Millisecond) // the flaky task fails first
+				return nil
+			})
+			w.Handle("flaky", func(_ context.Context, task *queue.Task) error {
+				if task.Attempt == 1 {
+					return errors.New("transient")
+				}
+				return nil
+			})
+		})
+		waitFor(t, 15*time.Second, "the other process's results to be recorded while the submission is open", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: dialect.OutcomeSucceeded})) == n
+		})
+		if got := db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeFailed}); len(got) != 0 {
+			t.Errorf("the hand-back was recorded while its process row was held: %+v", got)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the busy process to drain after the commit", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeSucceeded})) == 2
+		})
+	})
+}

@@ -60,7 +60,8 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 }
 
 // finish records an attempt's end: through the batching finisher when there is
-// one, otherwise directly.
+// one (successes and hand-backs apart: see Worker.handBacks), otherwise
+// directly.
 func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 	defer w.cfg.Metrics.timeFinish()()
 	if w.finishes == nil {
@@ -73,6 +74,10 @@ func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 		return nil
 	}
 	done := make(chan error, 1)
-	w.finishes <- finishReq{fp: fp, done: done}
+	if fp.Outcome == dialect.OutcomeSucceeded {
+		w.finishes <- finishReq{fp: fp, done: done}
+	} else {
+		w.handBacks <- finishReq{fp: fp, done: done}
+	}
 	return <-done
 }

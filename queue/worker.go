@@ -150,9 +150,14 @@ type Worker struct {
 	slotFree chan struct{}  // a task ended
 	wake     chan struct{}  // work may be available (notification, rescue)
 	finishes chan finishReq // to finishLoop, when the dialect records results in batches
-	advances chan []int64   // to advanceLoop, when the dialect advances stages after completions commit
-	healthy  atomic.Bool    // heartbeats reach the database
-	started  atomic.Bool
+	// handBacks carries the other results (a retry, a release, an abandon, a
+	// final failure) to a finishLoop of their own: they lock their process's
+	// row, which an application's open submission may hold for long, and must
+	// not hold back the successes behind them (issue 10, item 10).
+	handBacks chan finishReq
+	advances  chan []int64 // to advanceLoop, when the dialect advances stages after completions commit
+	healthy   atomic.Bool  // heartbeats reach the database
+	started   atomic.Bool
 }
 
 // NewWorker prepares a worker on the client's database.
@@ -269,8 +274,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if bf, ok := w.d.(dialect.BatchFinisher); ok {
 		w.finishes = make(chan finishReq, w.cfg.Concurrency)
-		finisher.Add(1)
+		w.handBacks = make(chan finishReq, w.cfg.Concurrency)
+		finisher.Add(2)
 		go func() { defer finisher.Done(); w.finishLoop(context.WithoutCancel(ctx), bf, w.finishes) }()
+		go func() { defer finisher.Done(); w.finishLoop(context.WithoutCancel(ctx), bf, w.handBacks) }()
 	}
 
 	var tasks sync.WaitGroup
@@ -279,6 +286,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdown(&tasks, cancelTasks)
 	if w.finishes != nil { // every task has recorded its end by now
 		close(w.finishes)
+		close(w.handBacks)
 		finisher.Wait()
 	}
 	if w.advances != nil {
