@@ -215,6 +215,7 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, t diale
 		sctx, cancel := w.stmtCtx(ctx)
 		conn, err = bs.BodyConn(sctx, dialect.TaskLease{ID: t.ID, Token: t.Token})
 		err = w.stmtErr(sctx, ctx, "start the body", err)
+		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err == nil {
 			return conn, nil
@@ -222,11 +223,15 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, t diale
 		if ctx.Err() != nil || errors.Is(err, dialect.ErrLeaseLost) {
 			return nil, err
 		}
-		if !dialect.ConnLost(err) {
-			// The body never started: whatever kept its session from being
-			// recorded (a statement timeout, a server in recovery) is not the
-			// task's doing.
+		if timedOut {
+			// The body never started: a database that did not answer within
+			// the statement timeout is not the task's doing. (Any other error,
+			// a missing permission say, is charged like a failed attempt: it
+			// would fail again at once, and attempts have a backoff.)
 			return nil, abandonError{fmt.Errorf("the body did not start: recording its session failed: %w", err)}
+		}
+		if !dialect.ConnLost(err) {
+			return nil, err
 		}
 		w.log.Warn().Err(err).Int64("task_id", t.ID).Int("try", try).Msg("a pooled connection was dead before the body started; taking another")
 	}

@@ -321,10 +321,11 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 			// A claim in flight when shutdown begins is finished, not cut
 			// short: cancelled after the database committed it, its tasks would
 			// stay leased to this worker, unrun and unreleased, until their
-			// leases expired. Once started, they are released like the others.
-			// The shutdown grace bounds it as it bounds running tasks.
+			// leases expired. Its tasks are then handed back unstarted. Once
+			// shutdown has begun it gets a short while more (a claim takes
+			// milliseconds), so the grace of the running tasks stays the bound.
 			cctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
-			stop := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownGrace, cancel) })
+			stop := context.AfterFunc(ctx, func() { time.AfterFunc(min(w.cfg.ShutdownGrace, claimAfterShutdown), cancel) })
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
 			})
@@ -332,10 +333,11 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 			stop()
 			cancel()
 			w.cfg.Metrics.claimedTasks(got, time.Since(began))
+			if ctx.Err() != nil {
+				w.releaseUnstarted(ctx, got)
+				return nil
+			}
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
 				w.log.Error().Err(err).Msg("claim failed; backing off")
 			}
 			for _, t := range got {
@@ -377,6 +379,23 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 			}
 		}
 		timer.Stop()
+	}
+}
+
+// claimAfterShutdown bounds a claim still in flight when shutdown begins.
+const claimAfterShutdown = 2 * time.Second
+
+// releaseUnstarted hands back tasks a claim leased as shutdown began: they
+// never start here, and their attempts are given back (outcome released).
+func (w *Worker) releaseUnstarted(ctx context.Context, got []dialect.ClaimedTask) {
+	for _, t := range got {
+		fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token, ProcessID: t.ProcessID,
+			Outcome: dialect.OutcomeReleased, Error: "released at worker shutdown before it started"}
+		if err := w.finishRetrying(ctx, fp); err != nil {
+			w.log.Warn().Err(err).Int64("task_id", t.ID).Msg("could not hand back a task claimed as shutdown began; it runs again once its lease expires")
+			continue
+		}
+		w.log.Info().Int64("task_id", t.ID).Msg("task claimed as shutdown began; handed back unstarted")
 	}
 }
 
