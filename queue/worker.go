@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
 )
 
 // WorkerConfig configures a Worker. Zero fields take the defaults named.
@@ -190,6 +191,10 @@ func (w *Worker) Handle(kind string, h Handler) error {
 		return errors.New("worker: Handle after Run")
 	case kind == "" || kind == KindSQL || kind == KindExec:
 		return fmt.Errorf("worker: kind %q is reserved or empty", kind)
+	case len(kind) > stages.MaxNameLength:
+		// No task can carry it, and claims pass the worker's kinds to the
+		// database, whose kind columns hold this many characters.
+		return fmt.Errorf("worker: kind is longer than %d characters", stages.MaxNameLength)
 	case h == nil:
 		return fmt.Errorf("worker: nil handler for kind %q", kind)
 	}
