@@ -120,12 +120,13 @@ type AtomicExecer interface {
 // BodySessioner is implemented by dialects whose SQL bodies run in a database
 // session that can outlive a killed worker (PostgreSQL: the server notices a
 // dead client only when it next talks to it). The worker runs such a body on
-// the connection BodyConn returns, after BodyConn recorded that session in the
-// attempt's Logs row, so the rescue of the expired lease can end the body
+// the connection BodyConn returns, after BodyConn made that session findable
+// (PostgreSQL names it after the attempt; SQL Server records it in the
+// attempt's Logs row), so the rescue of the expired lease can end the body
 // before the task runs again.
 type BodySessioner interface {
 	// BodyConn takes a connection of the queue pool for attempt a's body and
-	// records its session. ErrLeaseLost: the attempt is no longer running.
+	// makes its session findable. ErrLeaseLost: the attempt is no longer running.
 	// Any other error leaves nothing started; the connection is not returned.
 	BodyConn(ctx context.Context, a TaskLease) (*sql.Conn, error)
 }

@@ -195,7 +195,7 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn 
 // when each one it is given turns out dead.
 const bodyConnTries = 4
 
-// bodyConn takes the connection for an SQL body and records its session. A
+// bodyConn takes the connection for an SQL body and names its session. A
 // connection the server already closed (the pool does not know until it is
 // used: a restart, pg_terminate_backend, a cut network) fails that first
 // statement, before the body ran: it is thrown away and another taken, at no
@@ -228,7 +228,7 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, t diale
 			// the statement timeout is not the task's doing. (Any other error,
 			// a missing permission say, is charged like a failed attempt: it
 			// would fail again at once, and attempts have a backoff.)
-			return nil, abandonError{fmt.Errorf("the body did not start: recording its session failed: %w", err)}
+			return nil, abandonError{fmt.Errorf("the body did not start: naming its session failed: %w", err)}
 		}
 		if !dialect.ConnLost(err) {
 			return nil, err

@@ -8,10 +8,11 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// bodySessionSQL calls stageq.body_session (migrations/postgres/000004): it
-// names the session after the attempt, bounds it with
-// client_connection_check_interval and records pg_backend_pid() in the
-// attempt's Logs row. Out: false when the attempt is no longer running.
+// bodySessionSQL calls stageq.body_session (migrations/postgres/000011): it
+// names the session after the attempt (stageq.body_tag, by which the rescue
+// finds a dead worker's body) and bounds it with
+// client_connection_check_interval. It writes nothing, so a body's start costs
+// no transaction. Out: false when the attempt is no longer running.
 const bodySessionSQL = `SELECT stageq.body_session($1, $2)`
 
 // BodyConn implements dialect.BodySessioner.
@@ -26,11 +27,11 @@ func (p *Postgres) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Conn
 			dialect.DiscardConn(conn)
 		}
 		conn.Close()
-		return nil, fmt.Errorf("record the body's session: %w", mapErr(err))
+		return nil, fmt.Errorf("name the body's session: %w", mapErr(err))
 	}
 	if !running {
 		conn.Close()
-		return nil, fmt.Errorf("record the body's session: %w", dialect.ErrLeaseLost)
+		return nil, fmt.Errorf("name the body's session: %w", dialect.ErrLeaseLost)
 	}
 	return conn, nil
 }
