@@ -84,6 +84,19 @@ func openMigrated(t *testing.T) (*SQLServer, bool) {
 	return d.(*SQLServer), babelfish
 }
 
+// skipForBabelfishGap skips a test on Babelfish that a documented gap of
+// Babelfish stops (docs/sqlserver.md, Babelfish), unless STAGEQ_BABELFISH_ALL=1
+// says the gaps were worked around in a local copy of the migrations.
+func skipForBabelfishGap(t *testing.T, babelfish bool, gap string) {
+	t.Helper()
+	if babelfish && os.Getenv("STAGEQ_BABELFISH_ALL") != "1" {
+		t.Skip("Babelfish, not SQL Server: " + gap)
+	}
+}
+
+// g9 is why every test that submits tasks skips on Babelfish.
+const g9 = "stageq.StampDone raises the virtual clock with sys.sp_sequence_get_range, which Babelfish lacks (G9)"
+
 func stateCounts(t *testing.T, db *sql.DB, process string) map[string]int {
 	t.Helper()
 	rows, err := db.Query(`SELECT CONCAT(state, N'@', execution_order), COUNT(*) FROM stageq.Tasks
@@ -116,7 +129,8 @@ func tasksOf(n, order int, kind string) []dialect.NewTask {
 // and OpenStage re-states a stage 1,000 tasks at a time; every task must still be
 // inserted, in order, and every task of a stage must change state together.
 func TestServerLargeStagesAreChunkedWhole(t *testing.T) {
-	d, _ := openMigrated(t)
+	d, babelfish := openMigrated(t)
+	skipForBabelfishGap(t, babelfish, g9)
 	ctx := context.Background()
 
 	res, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "big", Tasks: tasksOf(2500, 1, "sql")})
@@ -163,7 +177,8 @@ COMMIT TRANSACTION;`)
 // TestServerScheduleStampsEveryTask: the tick's tasks are stamped 1,000 per
 // statement; all of them must carry the schedule.
 func TestServerScheduleStampsEveryTask(t *testing.T) {
-	d, _ := openMigrated(t)
+	d, babelfish := openMigrated(t)
+	skipForBabelfishGap(t, babelfish, g9)
 	ctx := context.Background()
 	res, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "tick", Tasks: tasksOf(2100, 0, "sql")})
 	if err != nil {
@@ -209,7 +224,8 @@ VALUES (N'nightly', 60000, N'{}', '2020-01-01T00:00:00');`).Scan(&id, &next)
 // TestServerLongKindsHaveLimitsOfTheirOwn: two 200-character kinds that share
 // their first 195 characters; a limit of 0 on one must not hold back the other.
 func TestServerLongKindsHaveLimitsOfTheirOwn(t *testing.T) {
-	d, _ := openMigrated(t)
+	d, babelfish := openMigrated(t)
+	skipForBabelfishGap(t, babelfish, g9)
 	ctx := context.Background()
 	kindA := strings.Repeat("k", 195) + "aaaaa"
 	kindB := strings.Repeat("k", 195) + "bbbbb"
@@ -304,10 +320,8 @@ func TestServerLongStatementOutlivesConnectionTimeout(t *testing.T) {
 // the stage are left waiting.
 func TestServerFinishManyMixedOutcomes(t *testing.T) {
 	d, babelfish := openMigrated(t)
-	if babelfish {
-		// Seen failing there: "missing FROM-clause entry for table tasks".
-		t.Skip("Babelfish, not SQL Server: the hand-back UPDATE t ... OUTPUT ... INTO @Ended FROM stageq.Tasks AS t of stageq.FinishMany hits its gap G2")
-	}
+	// Seen failing there: "missing FROM-clause entry for table tasks".
+	skipForBabelfishGap(t, babelfish, g9+"; the hand-back UPDATE t ... OUTPUT ... INTO @Ended FROM stageq.Tasks AS t of stageq.FinishMany hits its gap G2")
 	ctx := context.Background()
 	if _, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "mixed", Tasks: append(tasksOf(4, 1, "sql"), tasksOf(1, 2, "sql")...)}); err != nil {
 		t.Fatal(err)
@@ -350,7 +364,8 @@ func TestServerFinishManyMixedOutcomes(t *testing.T) {
 // TestServerWeightsInterleave: tasks of a weight-3 process take three turns to a
 // weight-1 process's one, in one claim; equal weights alternate.
 func TestServerWeightsInterleave(t *testing.T) {
-	d, _ := openMigrated(t)
+	d, babelfish := openMigrated(t)
+	skipForBabelfishGap(t, babelfish, g9)
 	ctx := context.Background()
 	three := 3
 	if _, err := d.Submit(ctx, d.DB(), dialect.SubmitParams{Process: "heavy", Tasks: tasksOf(6, 0, "sql"),
