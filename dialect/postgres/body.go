@@ -17,7 +17,7 @@ const bodySessionSQL = `SELECT stageq.body_session($1, $2)`
 
 // BodyConn implements dialect.BodySessioner.
 func (p *Postgres) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Conn, error) {
-	conn, err := p.db.Conn(ctx)
+	conn, err := p.bodies.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("body connection: %w", err)
 	}

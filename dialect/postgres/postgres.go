@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -27,8 +28,15 @@ func init() {
 
 // Postgres implements dialect.Dialect.
 type Postgres struct {
-	db  *sql.DB
-	dsn string
+	db *sql.DB
+	// bodies is a pool of its own for SQL bodies (BodyConn). A body's session
+	// keeps the attempt's name after the body ends, and the rescue of that
+	// attempt's lease, should its end never be recorded, ends whatever that
+	// session is running: in the shared pool it could be a claim, a finish or
+	// the rescue itself (seen: the rescue terminated its own session). Here a
+	// session only ever runs bodies, and each body renames it first.
+	bodies *sql.DB
+	dsn    string
 }
 
 // Open connects to the DSN (postgres://user@host:port/db?sslmode=disable) and
@@ -41,6 +49,16 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// pgx pings a connection idle for over a second before reusing it; an idle
 	// worker's statements are seconds apart, so that doubled its load on the
 	// server. A broken connection still surfaces as an error the worker retries.
+	db := openPool(cfg)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
+	}
+	// Connects on first use: a worker without SQL bodies never opens one.
+	return &Postgres{db: db, bodies: openPool(cfg), dsn: dsn}, nil
+}
+
+func openPool(cfg *pgx.ConnConfig) *sql.DB {
 	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
 		return p.IdleDuration > 30*time.Second
 	}))
@@ -49,11 +67,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// after a while, so a quiet worker holds few.
 	db.SetMaxIdleConns(256)
 	db.SetConnMaxIdleTime(time.Minute)
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
-	}
-	return &Postgres{db: db, dsn: dsn}, nil
+	return db
 }
 
 // Name implements dialect.Dialect.
@@ -72,7 +86,7 @@ func (p *Postgres) BeginTx(ctx context.Context) (*sql.Tx, error) {
 }
 
 // Close implements dialect.Dialect.
-func (p *Postgres) Close() error { return p.db.Close() }
+func (p *Postgres) Close() error { return errors.Join(p.bodies.Close(), p.db.Close()) }
 
 // mapErr turns PostgreSQL's error codes into stageq's sentinel errors, keeping the
 // server's message: 22023 (invalid_parameter_value, raised by stageq's routines),

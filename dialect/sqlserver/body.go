@@ -29,7 +29,7 @@ SELECT @Running;`
 // for attempt a's body and records that connection's session (migration 10).
 // dialect.ErrLeaseLost: the attempt no longer runs under a.Token.
 func (d *SQLServer) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Conn, error) {
-	conn, err := d.db.Conn(ctx)
+	conn, err := d.bodies.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("body connection: %w", err)
 	}

@@ -18,6 +18,7 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -34,6 +35,11 @@ func init() {
 // SQLServer implements dialect.Dialect and dialect.Scheduler.
 type SQLServer struct {
 	db *sql.DB
+	// bodies is a pool of its own for SQL bodies (BodyConn): a body's session
+	// keeps the attempt's CONTEXT_INFO tag after the body ends, and the rescue
+	// of that attempt's lease KILLs whatever the tagged session runs; here that
+	// is only ever a later body, which tags the session anew first.
+	bodies *sql.DB
 }
 
 var (
@@ -68,13 +74,16 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	}
 	db := sql.OpenDB(newLoginBound(cfg, bound))
 	db.SetMaxIdleConns(16)
-	d := &SQLServer{db: db}
+	// Connects on first use: a worker without SQL bodies never opens one.
+	bodies := sql.OpenDB(newLoginBound(cfg, bound))
+	bodies.SetMaxIdleConns(16)
+	d := &SQLServer{db: db, bodies: bodies}
 	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
-		db.Close()
+		d.Close()
 		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
 	}
 	if err := d.checkCompatibility(ctx); err != nil {
-		db.Close()
+		d.Close()
 		return nil, err
 	}
 	return d, nil
@@ -137,7 +146,7 @@ func (d *SQLServer) Name() string { return "sqlserver" }
 func (d *SQLServer) DB() *sql.DB { return d.db }
 
 // Close implements dialect.Dialect.
-func (d *SQLServer) Close() error { return d.db.Close() }
+func (d *SQLServer) Close() error { return errors.Join(d.bodies.Close(), d.db.Close()) }
 
 // beginTxSQL runs first in every transaction BeginTx starts. It has no parameter,
 // so the driver sends it as a plain batch and the setting stays for the session

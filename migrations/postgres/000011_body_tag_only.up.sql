@@ -27,12 +27,16 @@ BEGIN
 END $$;
 
 -- stageq.body_backend: the backend running the attempt's body, if one is running
--- a statement now (a session idle between statements runs nothing).
+-- a statement now (a session idle between statements runs nothing). A session
+-- keeps the name after its body; workers run nothing but bodies on such
+-- sessions (a pool of their own), and each body renames its session first. The
+-- caller's own session is never the body: it is running this.
 CREATE FUNCTION stageq.body_backend(p_task_id bigint, p_token bigint) RETURNS int
 LANGUAGE sql STABLE AS $$
     SELECT a.pid FROM pg_stat_activity a
      WHERE a.application_name = stageq.body_tag(p_task_id, p_token)
        AND a.state IS DISTINCT FROM 'idle'
+       AND a.pid <> pg_backend_pid()
      LIMIT 1
 $$;
 

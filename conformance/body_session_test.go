@@ -1,0 +1,81 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestBodySessionFence pins what the rescue of a dead worker's SQL body relies
+// on (dialects whose bodies run in a database session of their own): a body's
+// session, once started, is findable under its attempt (PostgreSQL: by name in
+// pg_stat_activity), and a body whose lease was rescued before it started is not
+// started at all — the interleaving "the lease expires and another worker's
+// rescue frees the task, then the late worker starts the body" is forced here
+// step by step.
+func TestBodySessionFence(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		bs, ok := db.D.(dialect.BodySessioner)
+		if !ok {
+			t.Skipf("%s runs SQL bodies in the worker process: no body session", db.Dialect)
+		}
+		db.skipOnBabelfish(t, "no claim or rescue there (harness_test.go)")
+		ctx := context.Background()
+		res, err := db.Client.Enqueue(ctx, "fence", 100, stages.Task{Body: "SELECT 1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.TaskIDs[0]
+
+		// The first attempt starts its body: the session is named after it.
+		got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "late", Max: 1, Token: 11, Lease: 300 * time.Millisecond})
+		if err != nil || len(got) != 1 || got[0].ID != id {
+			t.Fatalf("claim = %+v, %v", got, err)
+		}
+		conn, err := bs.BodyConn(ctx, dialect.TaskLease{ID: id, Token: 11})
+		if err != nil {
+			t.Fatalf("body connection of a running attempt: %v", err)
+		}
+		if db.Dialect == "postgres" {
+			tag := fmt.Sprintf("stageq task %d lease 11", id)
+			if n := db.count(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", tag); n != 1 {
+				t.Errorf("%d sessions named %q, want the body's 1", n, tag)
+			}
+		}
+		conn.Close()
+
+		// The lease lapses and a rescue frees the task before the late worker
+		// gets to its next body: that body must not start.
+		waitFor(t, 10*time.Second, "the rescue to free the task", func() bool {
+			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
+			if err != nil {
+				t.Fatalf("rescue: %v", err)
+			}
+			return n == 1
+		})
+		conn, err = bs.BodyConn(ctx, dialect.TaskLease{ID: id, Token: 11})
+		if err == nil {
+			conn.Close()
+			t.Fatal("a body started under a lease the rescue had already freed")
+		}
+		if !errors.Is(err, dialect.ErrLeaseLost) {
+			t.Fatalf("body connection after the rescue: %v, want ErrLeaseLost", err)
+		}
+
+		// The task's next attempt gets its own session.
+		got, err = db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "next", Max: 1, Token: 12, Lease: time.Minute})
+		if err != nil || len(got) != 1 || got[0].ID != id {
+			t.Fatalf("second claim = %+v, %v", got, err)
+		}
+		conn, err = bs.BodyConn(ctx, dialect.TaskLease{ID: id, Token: 12})
+		if err != nil {
+			t.Fatalf("body connection of the second attempt: %v", err)
+		}
+		conn.Close()
+	})
+}
