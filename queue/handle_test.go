@@ -9,8 +9,9 @@ import (
 	"github.com/stageq/stageq/queue"
 )
 
-// TestHandleRefusesKindsNoTaskCanCarry: reserved, empty and over-long kinds are
-// refused when registered, before any claim passes them to the database.
+// TestHandleRefusesKindsNoTaskCanCarry: reserved, empty, over-long kinds and
+// kinds no dialect stores (a NUL byte, invalid UTF-8) are refused when
+// registered, before any claim passes them to the database.
 func TestHandleRefusesKindsNoTaskCanCarry(t *testing.T) {
 	ctx := context.Background()
 	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
@@ -23,7 +24,7 @@ func TestHandleRefusesKindsNoTaskCanCarry(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := func(context.Context, *queue.Task) error { return nil }
-	for _, kind := range []string{"", queue.KindSQL, queue.KindExec, strings.Repeat("k", 201)} {
+	for _, kind := range []string{"", queue.KindSQL, queue.KindExec, strings.Repeat("k", 201), "re\x00port", "re\xffport"} {
 		if err := w.Handle(kind, h); err == nil {
 			t.Errorf("Handle(%.20q…) accepted", kind)
 		}

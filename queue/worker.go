@@ -191,12 +191,14 @@ func (w *Worker) Handle(kind string, h Handler) error {
 		return errors.New("worker: Handle after Run")
 	case kind == "" || kind == KindSQL || kind == KindExec:
 		return fmt.Errorf("worker: kind %q is reserved or empty", kind)
-	case len(kind) > stages.MaxNameLength:
-		// No task can carry it, and claims pass the worker's kinds to the
-		// database, whose kind columns hold this many characters.
-		return fmt.Errorf("worker: kind is longer than %d characters", stages.MaxNameLength)
 	case h == nil:
 		return fmt.Errorf("worker: nil handler for kind %q", kind)
+	}
+	// No task can carry a kind the kind columns cannot hold, and every claim
+	// passes the worker's kinds to the database: one it refuses (a NUL byte on
+	// PostgreSQL) would fail every claim.
+	if err := stages.ValidateKind(kind); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
 	if _, dup := w.handlers[kind]; dup {
 		return fmt.Errorf("worker: kind %q already has a handler", kind)

@@ -265,8 +265,8 @@ func (t Task) validate() error {
 	if t.Delay < 0 {
 		return fmt.Errorf("delay must not be negative, got %s", time.Duration(t.Delay))
 	}
-	if len(t.Kind) > MaxNameLength {
-		return fmt.Errorf("kind is longer than %d characters", MaxNameLength)
+	if err := ValidateKind(t.Kind); err != nil {
+		return err
 	}
 	if t.Limit != "" {
 		if err := dialect.ValidateLimitKey(t.Limit); err != nil {
@@ -279,6 +279,19 @@ func (t Task) validate() error {
 // Settings is the process scheduling the plan sets (nil fields: unchanged).
 func (p Plan) Settings() dialect.ProcessSettings {
 	return dialect.ProcessSettings{Priority: p.Priority, Weight: p.Weight, MaxParallel: p.MaxParallel}
+}
+
+// ValidateKind checks a task kind as the kind columns store it: text every
+// dialect keeps faithfully, at most MaxNameLength long. (Empty is "sql" in a
+// plan; Worker.Handle refuses it.)
+func ValidateKind(kind string) error {
+	if err := CheckText("kind", kind); err != nil {
+		return err
+	}
+	if len(kind) > MaxNameLength {
+		return fmt.Errorf("kind is longer than %d characters", MaxNameLength)
+	}
+	return nil
 }
 
 // ValidateName checks a process name.

@@ -46,9 +46,6 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	// pgx pings a connection idle for over a second before reusing it; an idle
-	// worker's statements are seconds apart, so that doubled its load on the
-	// server. A broken connection still surfaces as an error the worker retries.
 	db := openPool(cfg)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
@@ -58,7 +55,11 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	return &Postgres{db: db, bodies: openPool(cfg), dsn: dsn}, nil
 }
 
+// openPool opens a connection pool on cfg; connections are made on first use.
 func openPool(cfg *pgx.ConnConfig) *sql.DB {
+	// pgx pings a connection idle for over a second before reusing it; an idle
+	// worker's statements are seconds apart, so that doubled its load on the
+	// server. A broken connection still surfaces as an error the worker retries.
 	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
 		return p.IdleDuration > 30*time.Second
 	}))

@@ -36,9 +36,10 @@ func init() {
 type SQLServer struct {
 	db *sql.DB
 	// bodies is a pool of its own for SQL bodies (BodyConn): a body's session
-	// keeps the attempt's CONTEXT_INFO tag after the body ends, and the rescue
-	// of that attempt's lease KILLs whatever the tagged session runs; here that
-	// is only ever a later body, which tags the session anew first.
+	// may keep the attempt's CONTEXT_INFO tag after the body ends (whether the
+	// driver's connection reset clears it is unverified), and the rescue of that
+	// attempt's lease KILLs whatever the tagged session runs; here that is only
+	// ever a later body, which tags the session anew first.
 	bodies *sql.DB
 }
 
