@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -58,7 +59,9 @@ func (r *runner) drain(ctx context.Context, t *target, dsn string, c *queue.Clie
 	runErr := make(chan error, 1)
 	meter.startCPU(ctx)
 	start := time.Now()
-	go func() { runErr <- w.Run(wctx) }()
+	// Labelled so that a CPU profile (stageq-bench -cpuprofile) can be cut to
+	// one drain: go tool pprof -tagfocus drain=<prefix>.
+	go pprof.Do(wctx, pprof.Labels("drain", prefix), func(ctx context.Context) { runErr <- w.Run(ctx) })
 
 	var out drainRun
 	var polls int64 // the bench's own transactions, left out of the count

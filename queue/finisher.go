@@ -3,12 +3,23 @@ package queue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
 
 // maxFinishBatch bounds one batch of recorded results.
 const maxFinishBatch = 256
+
+// Under load the finisher waits a little for more results before it writes:
+// a recorded end costs a commit whatever the batch size, and results arrive
+// one body at a time. It waits only after a batch of finishGatherMin or more
+// (the sign of load), so a lone result, a stage's handoff among them, is
+// written at once.
+const (
+	finishGather    = 2 * time.Millisecond
+	finishGatherMin = 8
+)
 
 // finishReq asks the finisher to record one attempt's end.
 type finishReq struct {
@@ -17,24 +28,19 @@ type finishReq struct {
 }
 
 // finishLoop records attempts' ends in batches when the dialect can
-// (dialect.BatchFinisher). It never waits to fill a batch: it takes what has
-// arrived and writes it, and whatever arrives during that write goes in the
-// next. Under load that is one round trip for many tasks; idle, one for one.
+// (dialect.BatchFinisher). It takes what has arrived, waits up to
+// finishGather for more when the last batch says the worker is loaded, and
+// writes it; whatever arrives during that write goes in the next. Under load
+// that is one round trip for many tasks; idle, one for one.
 func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-chan finishReq) {
+	last := 0
 	for first := range in {
-		batch := []finishReq{first}
-	more:
-		for len(batch) < maxFinishBatch {
-			select {
-			case r, ok := <-in:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
+		var wait time.Duration
+		if last >= finishGatherMin {
+			wait = finishGather
 		}
+		batch := collectBatch(in, first, wait)
+		last = len(batch)
 		ps := make([]dialect.FinishParams, len(batch))
 		for i, r := range batch {
 			ps[i] = r.fp
@@ -80,4 +86,41 @@ func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 		w.handBacks <- finishReq{fp: fp, done: done}
 	}
 	return <-done
+}
+
+// collectBatch takes first and whatever else has arrived on in, waiting up to
+// wait (zero: not at all) for more, up to maxFinishBatch.
+func collectBatch(in <-chan finishReq, first finishReq, wait time.Duration) []finishReq {
+	batch := []finishReq{first}
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	} else {
+		closed := make(chan time.Time)
+		close(closed)
+		deadline = closed
+	}
+	for len(batch) < maxFinishBatch {
+		select {
+		case r, ok := <-in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+			continue
+		default:
+		}
+		select {
+		case r, ok := <-in:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		case <-deadline:
+			return batch
+		}
+	}
+	return batch
 }

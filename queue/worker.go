@@ -147,6 +147,15 @@ type Worker struct {
 	// finisher to record it without holding a slot, so claims and completions
 	// overlap; it stays in running (its lease extended) until recorded.
 	executing int
+	// buffered are prefetched tasks waiting, in claim order, for a slot
+	// (capacity.go); they are in running too. stopping: shutdown has taken
+	// the buffer, and no buffered task starts any more.
+	buffered []bufferedTask
+	stopping bool
+	bodies   bodyClock // how long bodies run, which decides prefetching
+	// taskCtx and tasks are Run's: what every attempt runs under.
+	taskCtx context.Context
+	tasks   *sync.WaitGroup
 
 	slotFree chan struct{}  // a task ended
 	wake     chan struct{}  // work may be available (notification, rescue)
@@ -288,8 +297,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var tasks sync.WaitGroup
-	err = w.claimLoop(ctx, taskCtx, &tasks)
+	w.taskCtx, w.tasks = taskCtx, &tasks
+	err = w.claimLoop(ctx)
 
+	// Prefetched tasks that never started are handed back at once, not
+	// after the grace period: other workers can run them now.
+	w.releaseUnstarted(ctx, w.takeBuffered())
 	w.shutdown(&tasks, cancelTasks)
 	if w.finishes != nil { // every task has recorded its end by now
 		close(w.finishes)
@@ -314,9 +327,12 @@ func (w *Worker) Run(ctx context.Context) error {
 // claimLoop is the worker's heart: claim up to the free capacity, start each
 // task, and wait (backing off while the queue is empty) when there is nothing
 // to claim or no capacity to claim with.
-func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) error {
+func (w *Worker) claimLoop(ctx context.Context) error {
 	poll := w.cfg.PollMin
 	lastWork := time.Now()
+	// backlog: the last claim got all it asked for, so more tasks are likely
+	// waiting, and the next claim gathers free slots first (capacity.go).
+	backlog := false
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -348,16 +364,18 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 				w.log.Error().Err(err).Msg("claim failed; backing off")
 			}
 			for _, t := range got {
-				w.start(taskCtx, tasks, t)
+				w.admit(t)
 			}
 			claimed = len(got)
+			backlog = err == nil && claimed == free
 		}
 		if claimed > 0 || w.heldCount() > 0 {
 			lastWork = time.Now()
 		}
 		if claimed > 0 {
 			poll = w.cfg.PollMin
-			if claimed == free {
+			if backlog {
+				w.gatherSlots(ctx)
 				continue // there may be more; the next pass finds out
 			}
 		}
@@ -380,6 +398,9 @@ func (w *Worker) claimLoop(ctx, taskCtx context.Context, tasks *sync.WaitGroup) 
 			// Results are recorded in batches, so slots free in bursts: let the
 			// rest of the burst go first, and claim for all of it at once.
 			runtime.Gosched()
+			if backlog {
+				w.gatherSlots(ctx)
+			}
 		case <-timer.C:
 			if claimed == 0 && free > 0 {
 				poll = min(poll*2, w.cfg.PollMax)
@@ -406,21 +427,20 @@ func (w *Worker) releaseUnstarted(ctx context.Context, got []dialect.ClaimedTask
 	}
 }
 
-func (w *Worker) start(taskCtx context.Context, tasks *sync.WaitGroup, t dialect.ClaimedTask) {
-	runCtx, cancel := context.WithCancelCause(taskCtx)
-	w.mu.Lock()
+// launch runs an admitted attempt in a goroutine of its own. Called with w.mu
+// held and the attempt's slot counted in executing.
+func (w *Worker) launch(runCtx context.Context, cancel context.CancelCauseFunc, t dialect.ClaimedTask) {
 	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
-	w.running[key] = cancel
-	w.executing++
-	w.mu.Unlock()
-	tasks.Add(1)
+	w.tasks.Add(1)
 	go func() {
-		defer tasks.Done()
+		defer w.tasks.Done()
+		began := time.Now()
 		var once sync.Once
 		bodyDone := func() {
 			once.Do(func() {
+				w.bodies.observe(time.Since(began))
 				w.mu.Lock()
-				w.executing--
+				w.slotFreed()
 				w.mu.Unlock()
 				signal(w.slotFree)
 			})
@@ -435,16 +455,6 @@ func (w *Worker) start(taskCtx context.Context, tasks *sync.WaitGroup, t dialect
 		}()
 		w.runTask(runCtx, t, bodyDone)
 	}()
-}
-
-// freeSlots is how many more tasks the worker may claim: its concurrency less
-// the bodies executing, and never more than twice its concurrency held in all
-// (bodies whose end is still being recorded included), so a database that
-// records results slowly slows claims down too.
-func (w *Worker) freeSlots() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return max(0, min(w.cfg.Concurrency-w.executing, 2*w.cfg.Concurrency-len(w.running)))
 }
 
 // executingCount is the attempts whose body is running.

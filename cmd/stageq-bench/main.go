@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.SourceDir, "src", cfg.SourceDir, "module root to build the binaries from (River's CLI from its bench/river)")
 	fs.StringVar(&cfg.RiverBin, "river", cfg.RiverBin, "prebuilt River CLI v0.47.0 (default: go build it from bench/river)")
 	fs.StringVar(&cfg.PGLog, "pg-log", cfg.PGLog, "PostgreSQL server log for statement counts (default: found from the server)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run (the in-process drain worker included) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,6 +90,17 @@ func run(ctx context.Context, args []string) error {
 		cfg.Scenarios = strings.Split(*scenarios, ",")
 	}
 	cfg.CeilingArgs = strings.Fields(*ceilArgs)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	cfg.Progress = func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, a...))
