@@ -49,6 +49,13 @@ func (c *bodyClock) observe(d time.Duration) {
 	c.avg += (d - c.avg) / time.Duration(c.n)
 }
 
+// reset forgets the bodies seen: no prefetching until 16 more have run.
+func (c *bodyClock) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.avg, c.n = 0, 0
+}
+
 // prefetch is how many tasks may wait in the buffer for a worker of
 // concurrency c: none until 16 bodies have run, then prefetchWindow's worth.
 func (c *bodyClock) prefetch(concurrency int) int {
@@ -77,7 +84,7 @@ func (w *Worker) freeSlots() int {
 	return max(0, min(room-w.executing-len(w.buffered), 2*room-len(w.running)))
 }
 
-// gatherSlots waits, up to claimGather, until a full claim's worth of room is
+// gatherSlots waits, up to claimGather, until a concurrency's worth of room is
 // free or nothing is held. Called only under a backlog.
 func (w *Worker) gatherSlots(ctx context.Context) {
 	timer := time.NewTimer(claimGather)
@@ -93,9 +100,26 @@ func (w *Worker) gatherSlots(ctx context.Context) {
 	}
 }
 
+// bufferMaxWait: a prefetched task that has waited this long for a slot shows
+// that the bodies ahead of it turned long (a stage of slow tasks after many
+// quick ones, say). The whole buffer is then handed back for other workers to
+// run, and the worker prefetches nothing until bodies have run short again. A
+// variable so that tests can hold a buffer for longer.
+var bufferMaxWait = 250 * time.Millisecond
+
+// bufferedTask is a prefetched task waiting for a slot.
+type bufferedTask struct {
+	t      dialect.ClaimedTask
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	since  time.Time
+}
+
 // admit takes a claimed task: it starts at once when a slot is free, and
 // otherwise waits in the buffer, in claim order, for the next slot to free.
-// Its lease is extended from now on like a running task's.
+// Its lease is extended from now on like a running task's. The buffer is
+// never left holding tasks while a slot is free, so while it holds any, every
+// slot's body is running, and the task goroutines' count is above zero.
 func (w *Worker) admit(t dialect.ClaimedTask) {
 	runCtx, cancel := context.WithCancelCause(w.taskCtx)
 	w.mu.Lock()
@@ -106,57 +130,121 @@ func (w *Worker) admit(t dialect.ClaimedTask) {
 		w.launch(runCtx, cancel, t)
 		return
 	}
-	w.buffered = append(w.buffered, bufferedTask{t: t, ctx: runCtx, cancel: cancel})
-}
-
-// bufferedTask is a prefetched task waiting for a slot.
-type bufferedTask struct {
-	t      dialect.ClaimedTask
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	w.buffered = append(w.buffered, bufferedTask{t: t, ctx: runCtx, cancel: cancel, since: time.Now()})
 }
 
 // slotFreed gives a slot whose body ended to the next buffered task, or back
 // to the claim loop. Called with w.mu held.
 func (w *Worker) slotFreed() {
 	w.executing--
-	for len(w.buffered) > 0 && !w.stopping {
-		next := w.buffered[0]
-		w.buffered = w.buffered[1:]
-		if context.Cause(next.ctx) != nil {
-			// Its lease was lost while it waited (the heartbeat found another
-			// holder): it never runs here.
-			w.dropLocked(next.t, next.cancel)
-			continue
-		}
-		w.executing++
-		w.launch(next.ctx, next.cancel, next.t)
+	if len(w.buffered) == 0 || w.stopping {
 		return
+	}
+	next := w.buffered[0]
+	w.buffered[0] = bufferedTask{}
+	w.buffered = w.buffered[1:]
+	w.executing++
+	w.launch(next.ctx, next.cancel, next.t)
+}
+
+// forgetBufferedLocked drops a buffered attempt whose lease the heartbeat
+// found lost (rescued, or taken by an operator): it never runs here, and
+// there is nothing to hand back. Called with w.mu held.
+func (w *Worker) forgetBufferedLocked(l dialect.TaskLease) {
+	for i, b := range w.buffered {
+		if b.t.ID == l.ID && b.t.Token == l.Token {
+			w.buffered = append(w.buffered[:i], w.buffered[i+1:]...)
+			delete(w.running, l)
+			b.cancel(nil)
+			w.log.Warn().Int64("task_id", l.ID).Msg("lease lost before a prefetched task started; it was not run here")
+			return
+		}
 	}
 }
 
-// dropLocked forgets an attempt that never started. Called with w.mu held.
-func (w *Worker) dropLocked(t dialect.ClaimedTask, cancel context.CancelCauseFunc) {
-	delete(w.running, dialect.TaskLease{ID: t.ID, Token: t.Token})
-	cancel(nil)
-	w.log.Warn().Int64("task_id", t.ID).Msg("lease lost before a prefetched task started; another worker owns it now")
-}
-
-// takeBuffered empties the buffer for good (shutdown): its tasks never start,
-// and the caller hands them back.
-func (w *Worker) takeBuffered() []dialect.ClaimedTask {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopping = true
-	out := make([]dialect.ClaimedTask, 0, len(w.buffered))
-	for _, b := range w.buffered {
-		lost := context.Cause(b.ctx) != nil // the heartbeat found another holder
-		delete(w.running, dialect.TaskLease{ID: b.t.ID, Token: b.t.Token})
-		b.cancel(nil)
-		if !lost {
-			out = append(out, b.t)
-		}
+// takeBufferedLocked empties the buffer; the caller hands its tasks back. They
+// stay in running, their leases extended, until handed back. Called with w.mu
+// held.
+func (w *Worker) takeBufferedLocked() []dialect.ClaimedTask {
+	out := make([]dialect.ClaimedTask, len(w.buffered))
+	for i, b := range w.buffered {
+		out[i] = b.t
 	}
 	w.buffered = nil
 	return out
+}
+
+// releaseStaleBuffer hands the buffer back when its head has waited longer
+// than bufferMaxWait, and stops prefetching until bodies run short again.
+func (w *Worker) releaseStaleBuffer() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buffered) == 0 || w.stopping || time.Since(w.buffered[0].since) < bufferMaxWait {
+		return
+	}
+	waited := time.Since(w.buffered[0].since)
+	w.bodies.reset()
+	got := w.takeBufferedLocked()
+	w.log.Info().Int("tasks", len(got)).Dur("waited", waited).Msg("bodies turned long: handing prefetched tasks back for other workers")
+	w.handBackLocked(got, "handed back unstarted: it waited in the worker's prefetch buffer behind bodies that turned long")
+}
+
+// handBackLocked gives claimed tasks that never started back to the queue,
+// each in a goroutine of its own so that the finisher records them in one
+// batch; their attempts do not count (outcome released). Called with w.mu
+// held, while the task goroutines' count is above zero or before the
+// shutdown waits for it.
+func (w *Worker) handBackLocked(got []dialect.ClaimedTask, why string) {
+	for _, t := range got {
+		w.tasks.Add(1)
+		go func() {
+			defer w.tasks.Done()
+			w.handBack(t, why)
+		}()
+	}
+}
+
+// handBack records one unstarted task released and forgets it.
+func (w *Worker) handBack(t dialect.ClaimedTask, why string) {
+	fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token, ProcessID: t.ProcessID,
+		Outcome: dialect.OutcomeReleased, Error: why}
+	err := w.finishRetrying(w.taskCtx, fp)
+	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
+	w.mu.Lock()
+	if cancel, ok := w.running[key]; ok {
+		delete(w.running, key)
+		cancel(nil)
+	}
+	w.mu.Unlock()
+	signal(w.slotFree)
+	if err != nil {
+		w.log.Warn().Err(err).Int64("task_id", t.ID).Msg("could not hand back a task that never started; it runs again once its lease expires")
+		return
+	}
+	w.cfg.Metrics.ended(t, dialect.OutcomeReleased, 0)
+	w.log.Debug().Int64("task_id", t.ID).Str("why", why).Msg("task handed back unstarted")
+}
+
+// stopBuffer, at shutdown, keeps buffered tasks from starting and hands them
+// back at once rather than after the grace period.
+func (w *Worker) stopBuffer() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return
+	}
+	w.stopping = true
+	w.handBackLocked(w.takeBufferedLocked(), "released at worker shutdown before it started")
+}
+
+// handBackClaimed hands back what a claim returned after shutdown began: the
+// tasks are the worker's (their leases extended) until released.
+func (w *Worker) handBackClaimed(got []dialect.ClaimedTask) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range got {
+		_, cancel := context.WithCancelCause(w.taskCtx)
+		w.running[dialect.TaskLease{ID: t.ID, Token: t.Token}] = cancel
+	}
+	w.handBackLocked(got, "released at worker shutdown before it started")
 }

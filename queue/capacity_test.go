@@ -34,17 +34,38 @@ func TestPrefetchFollowsBodyLength(t *testing.T) {
 	}
 }
 
-// A run of long bodies after short ones stops the prefetching within a few
-// dozen bodies.
-func TestPrefetchStopsWhenBodiesGrowLong(t *testing.T) {
+// A handed-back buffer resets the clock: no prefetching until 16 more bodies
+// have run; and the average follows bodies that grow longer.
+func TestPrefetchAfterResetAndLongerBodies(t *testing.T) {
 	var clock bodyClock
 	for range 100 {
 		clock.observe(time.Microsecond)
 	}
-	for range 50 {
-		clock.observe(5 * time.Second)
+	if clock.prefetch(8) != 56 {
+		t.Fatalf("prefetch %d after short bodies, want 56", clock.prefetch(8))
 	}
-	if got := clock.prefetch(8); got != 0 {
-		t.Fatalf("prefetch %d after 50 bodies of 5s, want 0", got)
+	clock.reset()
+	for i := range 16 {
+		if got := clock.prefetch(8); got != 0 {
+			t.Fatalf("prefetch %d after a reset and %d bodies, want 0", got, i)
+		}
+		clock.observe(time.Microsecond)
+	}
+	if clock.prefetch(8) == 0 {
+		t.Fatal("no prefetch after a reset and 16 short bodies")
+	}
+	// Bodies of 40 ms: the average passes 20 ms within 16 of them, where a
+	// worker of concurrency 8 prefetches 4 or fewer; at 40 ms, 2.
+	for range 16 {
+		clock.observe(40 * time.Millisecond)
+	}
+	if got := clock.prefetch(8); got > 4 {
+		t.Fatalf("prefetch %d after 16 bodies of 40ms, want at most 4", got)
+	}
+	for range 100 {
+		clock.observe(40 * time.Millisecond)
+	}
+	if got := clock.prefetch(8); got != 2 {
+		t.Fatalf("prefetch %d after many bodies of 40ms, want 2", got)
 	}
 }

@@ -128,6 +128,7 @@ func (w *Worker) beat(ctx context.Context) bool {
 				w.cfg.Metrics.leasesLost(1)
 			}
 			cancel(errLeaseLost)
+			w.forgetBufferedLocked(l)
 		}
 	}
 	return true
@@ -173,6 +174,10 @@ func (w *Worker) runningLeases() []dialect.TaskLease {
 func (w *Worker) cancelAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Prefetched tasks never started: handed back rather than cancelled, so
+	// that if the database answers again within half a lease they run again
+	// at once, without spending their abandon budget on a rescue.
+	w.handBackLocked(w.takeBufferedLocked(), "released before it started: the worker could not extend its leases")
 	for _, cancel := range w.running {
 		cancel(errLeaseLost)
 	}

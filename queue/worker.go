@@ -255,6 +255,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	// running tasks get the grace period before theirs is cancelled.
 	taskCtx, cancelTasks := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelTasks(errShutdown)
+	var tasks sync.WaitGroup
+	w.taskCtx, w.tasks = taskCtx, &tasks
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
 	bg.Add(1)
@@ -296,13 +298,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer finisher.Done(); w.finishLoop(context.WithoutCancel(ctx), bf, w.handBacks) }()
 	}
 
-	var tasks sync.WaitGroup
-	w.taskCtx, w.tasks = taskCtx, &tasks
+	// Prefetched tasks that never started are handed back as soon as ctx
+	// ends, not after the grace period: other workers can run them now.
+	stopBuffer := context.AfterFunc(ctx, w.stopBuffer)
 	err = w.claimLoop(ctx)
 
-	// Prefetched tasks that never started are handed back at once, not
-	// after the grace period: other workers can run them now.
-	w.releaseUnstarted(ctx, w.takeBuffered())
+	stopBuffer()
+	w.stopBuffer()
 	w.shutdown(&tasks, cancelTasks)
 	if w.finishes != nil { // every task has recorded its end by now
 		close(w.finishes)
@@ -337,6 +339,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		w.releaseStaleBuffer()
 		free := w.freeSlots()
 		claimed := 0
 		if free > 0 && w.healthy.Load() {
@@ -357,7 +360,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			cancel()
 			w.cfg.Metrics.claimedTasks(got, time.Since(began))
 			if ctx.Err() != nil {
-				w.releaseUnstarted(ctx, got)
+				w.handBackClaimed(got)
 				return nil
 			}
 			if err != nil {
@@ -412,20 +415,6 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 
 // claimAfterShutdown bounds a claim still in flight when shutdown begins.
 const claimAfterShutdown = 2 * time.Second
-
-// releaseUnstarted hands back tasks a claim leased as shutdown began: they
-// never start here, and their attempts are given back (outcome released).
-func (w *Worker) releaseUnstarted(ctx context.Context, got []dialect.ClaimedTask) {
-	for _, t := range got {
-		fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token, ProcessID: t.ProcessID,
-			Outcome: dialect.OutcomeReleased, Error: "released at worker shutdown before it started"}
-		if err := w.finishRetrying(ctx, fp); err != nil {
-			w.log.Warn().Err(err).Int64("task_id", t.ID).Msg("could not hand back a task claimed as shutdown began; it runs again once its lease expires")
-			continue
-		}
-		w.log.Info().Int64("task_id", t.ID).Msg("task claimed as shutdown began; handed back unstarted")
-	}
-}
 
 // launch runs an admitted attempt in a goroutine of its own. Called with w.mu
 // held and the attempt's slot counted in executing.
