@@ -54,6 +54,9 @@ func TestNoDoubleClaim(t *testing.T) {
 		seen := map[int64]int{}
 		workers := map[string]bool{}
 		for _, e := range entries {
+			if neverStarted(e) {
+				continue // a prefetched task handed back unrun (a stall of a second does it)
+			}
 			if e.Outcome != dialect.OutcomeSucceeded {
 				t.Errorf("log %d: outcome %s (%s), want succeeded", e.ID, e.Outcome, e.Error)
 			}
@@ -62,7 +65,7 @@ func TestNoDoubleClaim(t *testing.T) {
 		}
 		for id, c := range seen {
 			if c != 1 {
-				t.Errorf("task %d has %d log rows", id, c)
+				t.Errorf("task %d has %d attempts that ran", id, c)
 			}
 		}
 		if len(seen) != n {

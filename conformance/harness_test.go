@@ -536,3 +536,10 @@ func (db *testDB) finish(ctx context.Context, fp dialect.FinishParams) error {
 	}
 	return nil
 }
+
+// neverStarted reports an attempt a worker claimed and handed back before its
+// body began (its prefetch buffer at shutdown, or behind bodies that turned
+// long: queue/capacity.go). It ran nothing, and its attempt does not count.
+func neverStarted(e dialect.LogEntry) bool {
+	return e.Outcome == dialect.OutcomeReleased && strings.Contains(e.Error, "before it started")
+}

@@ -16,7 +16,7 @@ import (
 // TestPrefetchBuffer: once bodies run short, a worker claims ahead of its free
 // slots (queue/capacity.go); never more than its concurrency run at once. When
 // the bodies ahead of the buffer turn long (a stage of slow tasks after many
-// quick ones), the buffer is handed back within bufferMaxWait (250 ms) and
+// quick ones), the buffer is handed back within bufferMaxWait (1 s) and
 // another worker runs those tasks while the first one's bodies still run,
 // without losing an attempt.
 func TestPrefetchBuffer(t *testing.T) {

@@ -22,9 +22,9 @@ const (
 	claimGather = 5 * time.Millisecond
 	// prefetchWindow sizes the buffer: it holds about this much work, judged
 	// by how long bodies have lately run, so a prefetched task waits for a slot
-	// about this long and a long task is never held back from an idle worker
-	// elsewhere (bodies of 10 ms prefetch one concurrency's worth, of 100 ms a
-	// tenth of it, of a second or more nothing).
+	// about this long (bodies of 10 ms prefetch one concurrency's worth, of
+	// 100 ms a tenth of it, of a second or more nothing). When the bodies
+	// ahead of it turn long, bufferMaxWait bounds its wait.
 	prefetchWindow = 10 * time.Millisecond
 	// maxPrefetch bounds the buffer, in multiples of the concurrency and in
 	// tasks, however short bodies are.
@@ -104,8 +104,11 @@ func (w *Worker) gatherSlots(ctx context.Context) {
 // that the bodies ahead of it turned long (a stage of slow tasks after many
 // quick ones, say). The whole buffer is then handed back for other workers to
 // run, and the worker prefetches nothing until bodies have run short again. A
-// variable so that tests can hold a buffer for longer.
-var bufferMaxWait = 250 * time.Millisecond
+// stall of the database as long does the same (it makes short bodies long):
+// long enough that it is rare, short enough that a long task is not kept
+// from an idle worker for long. A variable so that tests can hold a buffer
+// for longer.
+var bufferMaxWait = time.Second
 
 // bufferedTask is a prefetched task waiting for a slot.
 type bufferedTask struct {
@@ -186,7 +189,7 @@ func (w *Worker) releaseStaleBuffer() {
 	w.bodies.reset()
 	got := w.takeBufferedLocked()
 	w.log.Info().Int("tasks", len(got)).Dur("waited", waited).Msg("bodies turned long: handing prefetched tasks back for other workers")
-	w.handBackLocked(got, "handed back unstarted: it waited in the worker's prefetch buffer behind bodies that turned long")
+	w.handBackLocked(got, "released before it started: it waited over a second in the worker's prefetch buffer, behind bodies that turned long")
 }
 
 // handBackLocked gives claimed tasks that never started back to the queue,

@@ -16,7 +16,7 @@ import (
 // not after the grace period, while the running bodies keep their grace; the
 // hand-back does not count as an attempt. (The conformance suite runs the
 // prefetch buffer on every dialect; this pins the shutdown, with the buffer
-// held longer than its usual 250 ms.)
+// held longer than its usual second.)
 func TestShutdownHandsBackThePrefetchBuffer(t *testing.T) {
 	defer queue.SetBufferMaxWait(time.Hour)()
 	ctx := context.Background()
