@@ -128,6 +128,12 @@ func (w *Worker) admit(t dialect.ClaimedTask) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.running[dialect.TaskLease{ID: t.ID, Token: t.Token}] = cancel
+	if w.stopping {
+		// Claimed just as shutdown began (the claim loop checked before):
+		// nothing starts any more.
+		w.handBackLocked([]dialect.ClaimedTask{t}, "released at worker shutdown before it started")
+		return
+	}
 	if w.executing < w.cfg.Concurrency && len(w.buffered) == 0 {
 		w.executing++
 		w.launch(runCtx, cancel, t)
