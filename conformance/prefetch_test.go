@@ -24,10 +24,10 @@ func TestPrefetchBuffer(t *testing.T) {
 		ctx := context.Background()
 		const concurrency, fast, slow = 2, 40, 30
 		p := stages.Plan{Process: "prefetch", Stages: []stages.Stage{
-			{Order: ptr(100), Tasks: repeatTask(stages.Task{Kind: "fast", Body: "x"}, fast)},
+			{Order: new(100), Tasks: repeatTask(stages.Task{Kind: "fast", Body: "x"}, fast)},
 			// Behind the fast stage, so they are claimed once the worker has seen
 			// 40 short bodies and prefetches.
-			{Order: ptr(200), Tasks: repeatTask(stages.Task{Kind: "slow", Body: "x", MaxAttempts: 1}, slow)},
+			{Order: new(200), Tasks: repeatTask(stages.Task{Kind: "slow", Body: "x", MaxAttempts: 1}, slow)},
 		}}
 		if _, err := db.Client.Submit(ctx, p); err != nil {
 			t.Fatal(err)
@@ -44,11 +44,7 @@ func TestPrefetchBuffer(t *testing.T) {
 			w.Handle("slow", func(ctx context.Context, _ *queue.Task) error {
 				n := running.Add(1)
 				defer running.Add(-1)
-				for {
-					m := most.Load()
-					if n <= m || most.CompareAndSwap(m, n) {
-						break
-					}
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				select {
 				case <-release:
@@ -103,5 +99,3 @@ func repeatTask(t stages.Task, n int) []stages.Task {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

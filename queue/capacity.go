@@ -106,8 +106,9 @@ func (w *Worker) gatherSlots(ctx context.Context) {
 // run, and the worker prefetches nothing until bodies have run short again. A
 // stall of the database as long does the same (it makes short bodies long):
 // long enough that it is rare, short enough that a long task is not kept
-// from an idle worker for long. A variable so that tests can hold a buffer
-// for longer.
+// from an idle worker for long. The claim loop checks on each pass, so the
+// wait can pass this by up to a poll interval. A variable so that tests can
+// hold a buffer for longer.
 var bufferMaxWait = time.Second
 
 // bufferedTask is a prefetched task waiting for a slot.
@@ -131,7 +132,7 @@ func (w *Worker) admit(t dialect.ClaimedTask) {
 	if w.stopping {
 		// Claimed just as shutdown began (the claim loop checked before):
 		// nothing starts any more.
-		w.handBackLocked([]dialect.ClaimedTask{t}, "released at worker shutdown before it started")
+		w.handBackLocked([]dialect.ClaimedTask{t}, releasedAtShutdown)
 		return
 	}
 	if w.executing < w.cfg.Concurrency && len(w.buffered) == 0 {
@@ -188,10 +189,13 @@ func (w *Worker) takeBufferedLocked() []dialect.ClaimedTask {
 func (w *Worker) releaseStaleBuffer() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.buffered) == 0 || w.stopping || time.Since(w.buffered[0].since) < bufferMaxWait {
+	if len(w.buffered) == 0 || w.stopping {
 		return
 	}
 	waited := time.Since(w.buffered[0].since)
+	if waited < bufferMaxWait {
+		return
+	}
 	w.bodies.reset()
 	got := w.takeBufferedLocked()
 	w.log.Info().Int("tasks", len(got)).Dur("waited", waited).Msg("bodies turned long: handing prefetched tasks back for other workers")
@@ -243,17 +247,21 @@ func (w *Worker) stopBuffer() {
 		return
 	}
 	w.stopping = true
-	w.handBackLocked(w.takeBufferedLocked(), "released at worker shutdown before it started")
+	w.handBackLocked(w.takeBufferedLocked(), releasedAtShutdown)
 }
 
 // handBackClaimed hands back what a claim returned after shutdown began: the
-// tasks are the worker's (their leases extended) until released.
+// tasks are the worker's (their leases extended) until released. Nothing of
+// theirs runs, so there is nothing to cancel.
 func (w *Worker) handBackClaimed(got []dialect.ClaimedTask) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, t := range got {
-		_, cancel := context.WithCancelCause(w.taskCtx)
-		w.running[dialect.TaskLease{ID: t.ID, Token: t.Token}] = cancel
+		w.running[dialect.TaskLease{ID: t.ID, Token: t.Token}] = func(error) {}
 	}
-	w.handBackLocked(got, "released at worker shutdown before it started")
+	w.handBackLocked(got, releasedAtShutdown)
 }
+
+// releasedAtShutdown is the error of an attempt handed back unstarted at
+// shutdown.
+const releasedAtShutdown = "released at worker shutdown before it started"

@@ -88,39 +88,35 @@ func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 	return <-done
 }
 
-// collectBatch takes first and whatever else has arrived on in, waiting up to
-// wait (zero: not at all) for more, up to maxFinishBatch.
+// collectBatch takes first and whatever else has arrived on in, up to
+// maxFinishBatch; with wait > 0 it also waits that long for more.
 func collectBatch(in <-chan finishReq, first finishReq, wait time.Duration) []finishReq {
 	batch := []finishReq{first}
-	var deadline <-chan time.Time
+	var deadline <-chan time.Time // nil, so never ready: do not wait
 	if wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		deadline = t.C
-	} else {
-		closed := make(chan time.Time)
-		close(closed)
-		deadline = closed
 	}
 	for len(batch) < maxFinishBatch {
+		var r finishReq
+		var ok bool
 		select {
-		case r, ok := <-in:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, r)
-			continue
+		case r, ok = <-in: // what has arrived goes first
 		default:
-		}
-		select {
-		case r, ok := <-in:
-			if !ok {
+			if deadline == nil {
 				return batch
 			}
-			batch = append(batch, r)
-		case <-deadline:
+			select {
+			case r, ok = <-in:
+			case <-deadline:
+				return batch
+			}
+		}
+		if !ok {
 			return batch
 		}
+		batch = append(batch, r)
 	}
 	return batch
 }

@@ -300,11 +300,11 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// Prefetched tasks that never started are handed back as soon as ctx
 	// ends, not after the grace period: other workers can run them now.
-	stopBuffer := context.AfterFunc(ctx, w.stopBuffer)
+	unwatch := context.AfterFunc(ctx, w.stopBuffer)
 	err = w.claimLoop(ctx)
 
-	stopBuffer()
-	w.stopBuffer()
+	unwatch()
+	w.stopBuffer() // also when the claim loop ended without ctx (ExitWhenIdle)
 	w.shutdown(&tasks, cancelTasks)
 	if w.finishes != nil { // every task has recorded its end by now
 		close(w.finishes)
