@@ -12,9 +12,9 @@ import (
 )
 
 // TestBodySessionFence pins what the rescue of a dead worker's SQL body relies
-// on (dialects whose bodies run in a database session of their own): a body's
-// session, once started, is findable under its attempt (PostgreSQL: by name in
-// pg_stat_activity), and a body whose lease was rescued before it started is not
+// on (dialects whose bodies run in a database session of their own): a body,
+// once started, is findable under its attempt (PostgreSQL: stageq.body_backend,
+// by the tag its text starts with), and a body whose lease was rescued before it started is not
 // started at all — the interleaving "the lease expires and another worker's
 // rescue frees the task, then the late worker starts the body" is forced here
 // step by step.
@@ -37,15 +37,24 @@ func TestBodySessionFence(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].ID != id {
 			t.Fatalf("claim = %+v, %v", got, err)
 		}
-		conn, err := bs.BodyConn(ctx, dialect.TaskLease{ID: id, Token: 11})
+		conn, text, err := bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 11}, Body: db.sleepSQL(30)})
 		if err != nil {
 			t.Fatalf("body connection of a running attempt: %v", err)
 		}
 		if db.Dialect == "postgres" {
-			tag := fmt.Sprintf("stageq task %d lease 11", id)
-			if n := db.count(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", tag); n != 1 {
-				t.Errorf("%d sessions named %q, want the body's 1", n, tag)
+			// While the body runs, the rescue finds its backend; once it has
+			// ended, it finds none (an idle session runs nothing).
+			bctx, stopBody := context.WithCancel(ctx)
+			ran := make(chan error, 1)
+			go func() { _, err := conn.ExecContext(bctx, text); ran <- err }()
+			find := fmt.Sprintf("SELECT count(*) FROM stageq.body_backend(%d, 11) b WHERE b IS NOT NULL", id)
+			waitFor(t, 10*time.Second, "the rescue's look-up to find the running body", func() bool { return db.count(t, find) == 1 })
+			if n := db.count(t, fmt.Sprintf("SELECT count(*) FROM stageq.body_backend(%d, 1) b WHERE b IS NOT NULL", id)); n != 0 {
+				t.Errorf("the body was found under lease 1 (a prefix of its tag's token 11)")
 			}
+			stopBody() // the server cancels the statement a moment later
+			<-ran
+			waitFor(t, 10*time.Second, "the cancelled body to be found no more", func() bool { return db.count(t, find) == 0 })
 		}
 		conn.Close()
 
@@ -58,7 +67,7 @@ func TestBodySessionFence(t *testing.T) {
 			}
 			return n == 1
 		})
-		conn, err = bs.BodyConn(ctx, dialect.TaskLease{ID: id, Token: 11})
+		conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 11}, Body: "SELECT 1"})
 		if err == nil {
 			conn.Close()
 			t.Fatal("a body started under a lease the rescue had already freed")
@@ -72,7 +81,7 @@ func TestBodySessionFence(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].ID != id {
 			t.Fatalf("second claim = %+v, %v", got, err)
 		}
-		conn, err = bs.BodyConn(ctx, dialect.TaskLease{ID: id, Token: 12})
+		conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 12}, Body: "SELECT 1"})
 		if err != nil {
 			t.Fatalf("body connection of the second attempt: %v", err)
 		}

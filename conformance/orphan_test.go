@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,8 +44,8 @@ func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 		t.Fatal(err)
 	}
 
-	// The sampler: the bodies PostgreSQL is running, by task (each body's
-	// session is named after its attempt: stageq.body_tag).
+	// The sampler: the bodies PostgreSQL is running, by task (each body's text
+	// starts with its attempt's tag, stageq.body_tag, in a comment).
 	var mu sync.Mutex
 	maxBodies, maxPerTask, samples := 0, 0, 0
 	stop := make(chan struct{})
@@ -59,17 +58,18 @@ func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 				return
 			default:
 			}
-			rows, err := db.D.DB().QueryContext(ctx, `SELECT application_name FROM pg_stat_activity
- WHERE datname = current_database() AND state = 'active' AND query = $1`, body)
+			rows, err := db.D.DB().QueryContext(ctx, `SELECT substring(query FROM '^/\* stageq task ([0-9]+) ')
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND state = 'active' AND starts_with(query, '/* stageq task ')
+   AND right(query, length($1)) = $1`, body)
 			if err != nil {
 				continue
 			}
 			perTask := map[string]int{}
 			total := 0
 			for rows.Next() {
-				var app string
-				if rows.Scan(&app) == nil {
-					task, _, _ := strings.Cut(strings.TrimPrefix(app, "stageq task "), " ")
+				var task string
+				if rows.Scan(&task) == nil {
 					perTask[task]++
 					total++
 				}
@@ -89,7 +89,8 @@ func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 	victim := spawnWorker(t, db, "--concurrency", "6", "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "50ms")
 	waitFor(t, 30*time.Second, "the victim to start 3 bodies", func() bool {
 		return db.count(t, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity
- WHERE datname = current_database() AND state = 'active' AND query = '%s' AND application_name LIKE 'stageq task %%'`, body)) == 3
+ WHERE datname = current_database() AND state = 'active' AND starts_with(query, '/* stageq task ')
+   AND right(query, %d) = '%s'`, len(body), body)) == 3
 	})
 	if err := victim.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
@@ -123,9 +124,9 @@ func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 	}
 	if sig == syscall.SIGSTOP {
 		// Its sessions are alive but idle or gone: none of its bodies runs.
-		left := db.count(t, fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity a
-  JOIN stageq.logs l ON a.application_name = stageq.body_tag(l.task_id, l.lease_token)
- WHERE l.outcome = 'abandoned' AND a.state = 'active' AND a.query = '%s'`, body))
+		left := db.count(t, `SELECT count(*) FROM pg_stat_activity a
+  JOIN stageq.logs l ON starts_with(a.query, '/* ' || stageq.body_tag(l.task_id, l.lease_token) || ' */')
+ WHERE l.outcome = 'abandoned' AND a.state = 'active'`)
 		if left != 0 {
 			t.Errorf("%d of the stopped worker's bodies still run", left)
 		}

@@ -120,15 +120,28 @@ type AtomicExecer interface {
 // BodySessioner is implemented by dialects whose SQL bodies run in a database
 // session that can outlive a killed worker (PostgreSQL: the server notices a
 // dead client only when it next talks to it). The worker runs such a body on
-// the connection BodyConn returns, after BodyConn made that session findable
-// (PostgreSQL names it after the attempt; SQL Server records it in the
-// attempt's Logs row), so the rescue of the expired lease can end the body
-// before the task runs again.
+// the connection BodyConn returns, as the text BodyConn returns, which makes
+// the running body findable (PostgreSQL marks the body's text with the attempt;
+// SQL Server records the session in the attempt's Logs row), so the rescue of
+// the expired lease can end the body before the task runs again.
 type BodySessioner interface {
-	// BodyConn takes a connection of the queue pool for attempt a's body and
-	// makes its session findable. ErrLeaseLost: the attempt is no longer running.
-	// Any other error leaves nothing started; the connection is not returned.
-	BodyConn(ctx context.Context, a TaskLease) (*sql.Conn, error)
+	// BodyConn takes a connection of the body pool for an attempt's body and
+	// returns it with the text to run there: the body itself, or the body with
+	// a mark the rescue finds it by. ErrLeaseLost: the attempt is no longer
+	// running. Any other error leaves nothing started; the connection is not
+	// returned.
+	BodyConn(ctx context.Context, s BodyStart) (*sql.Conn, string, error)
+}
+
+// BodyStart is an attempt whose SQL body is about to start.
+type BodyStart struct {
+	Lease TaskLease
+	Body  string
+	// LeaseHeld: the worker knows the lease is still held (it was claimed
+	// less than half a lease ago), so the dialect need not read it again
+	// before the body starts. When false, BodyConn must check it: the lease
+	// may have expired and the task been rescued, and its body must not start.
+	LeaseHeld bool
 }
 
 // WriteLockHolder is implemented by dialects with one writer at a time for the

@@ -113,7 +113,7 @@ var bufferMaxWait = time.Second
 
 // bufferedTask is a prefetched task waiting for a slot.
 type bufferedTask struct {
-	t      dialect.ClaimedTask
+	t      attempt
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	since  time.Time
@@ -124,7 +124,7 @@ type bufferedTask struct {
 // Its lease is extended from now on like a running task's. The buffer is
 // never left holding tasks while a slot is free, so while it holds any, every
 // slot's body is running, and the task goroutines' count is above zero.
-func (w *Worker) admit(t dialect.ClaimedTask) {
+func (w *Worker) admit(t attempt) {
 	runCtx, cancel := context.WithCancelCause(w.taskCtx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -132,7 +132,7 @@ func (w *Worker) admit(t dialect.ClaimedTask) {
 	if w.stopping {
 		// Claimed just as shutdown began (the claim loop checked before):
 		// nothing starts any more.
-		w.handBackLocked([]dialect.ClaimedTask{t}, releasedAtShutdown)
+		w.handBackLocked([]dialect.ClaimedTask{t.ClaimedTask}, releasedAtShutdown)
 		return
 	}
 	if w.executing < w.cfg.Concurrency && len(w.buffered) == 0 {
@@ -178,7 +178,7 @@ func (w *Worker) forgetBufferedLocked(l dialect.TaskLease) {
 func (w *Worker) takeBufferedLocked() []dialect.ClaimedTask {
 	out := make([]dialect.ClaimedTask, len(w.buffered))
 	for i, b := range w.buffered {
-		out[i] = b.t
+		out[i] = b.t.ClaimedTask
 	}
 	w.buffered = nil
 	return out

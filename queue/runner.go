@@ -12,13 +12,14 @@ import (
 
 // runTask runs one attempt and records how it ended. It calls bodyDone when the
 // body has ended, before the end is recorded, to give the slot back.
-func (w *Worker) runTask(ctx context.Context, t dialect.ClaimedTask, bodyDone func()) {
+func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
+	t := a.ClaimedTask
 	log := w.log.With().Int64("task_id", t.ID).Str("process", t.Process).Int("stage", t.Order).
 		Int("attempt", t.Attempt).Str("kind", t.Kind).Logger()
 	log.Debug().Msg("task started")
 	began := time.Now()
 
-	finished, runErr := w.execute(ctx, t)
+	finished, runErr := w.execute(ctx, a)
 	bodyDone()
 	if finished {
 		w.cfg.Metrics.ended(t, dialect.OutcomeSucceeded, time.Since(began))
@@ -102,7 +103,8 @@ func (w *Worker) finishRetrying(ctx context.Context, fp dialect.FinishParams) er
 
 // execute runs the task's body. finished reports that the attempt's success was
 // already recorded (atomic tasks commit their body and completion together).
-func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished bool, err error) {
+func (w *Worker) execute(ctx context.Context, a attempt) (finished bool, err error) {
+	t := a.ClaimedTask
 	defer func() {
 		if r := recover(); r != nil {
 			finished, err = false, panicError(r)
@@ -120,17 +122,17 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 			Body: t.Body, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts})
 	}
 	if bs, ok := w.d.(dialect.BodySessioner); ok && w.cfg.TargetDB == nil {
-		// The body's session is recorded before it starts, so that if this
-		// worker dies the rescue of its lease ends the body first.
-		conn, err := w.bodyConn(ctx, bs, t)
+		// The body is made findable before it starts, so that if this worker
+		// dies the rescue of its lease ends the body first.
+		conn, text, err := w.bodyConn(ctx, bs, a)
 		if err != nil {
 			return false, err
 		}
 		defer conn.Close()
 		if t.Atomic {
-			finished, err = w.executeAtomic(ctx, t, conn)
+			finished, err = w.executeAtomic(ctx, t, conn, text)
 		} else {
-			_, err = conn.ExecContext(ctx, t.Body)
+			_, err = conn.ExecContext(ctx, text)
 		}
 		if err != nil && ctx.Err() == nil && dialect.ConnLost(err) && !connAlive(ctx, conn) {
 			dialect.DiscardConn(conn)
@@ -139,7 +141,7 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 		return finished, err
 	}
 	if t.Atomic {
-		return w.executeAtomic(ctx, t, nil)
+		return w.executeAtomic(ctx, t, nil, t.Body)
 	}
 	db := w.cfg.TargetDB
 	if db == nil {
@@ -152,8 +154,9 @@ func (w *Worker) execute(ctx context.Context, t dialect.ClaimedTask) (finished b
 // executeAtomic runs an SQL body and the task's completion in one transaction on
 // the queue database: the body's effects commit exactly when the task is
 // recorded done, and a crash or a lost lease rolls both back. conn, when not
-// nil, is the body's connection (dialect.BodySessioner).
-func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn *sql.Conn) (bool, error) {
+// nil, is the body's connection and text the body as BodyConn returned it
+// (dialect.BodySessioner).
+func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn *sql.Conn, text string) (bool, error) {
 	if w.cfg.TargetDB != nil {
 		return false, NoRetry(errors.New("atomic tasks run on the queue database; this worker runs SQL on a separate target"))
 	}
@@ -169,9 +172,9 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn 
 	}
 	defer tx.Rollback()
 	if ae, ok := w.d.(dialect.AtomicExecer); ok {
-		err = ae.TaskExecAtomic(ctx, tx, t.Body)
+		err = ae.TaskExecAtomic(ctx, tx, text)
 	} else {
-		_, err = tx.ExecContext(ctx, t.Body)
+		_, err = tx.ExecContext(ctx, text)
 	}
 	if err != nil {
 		return false, err
@@ -195,47 +198,52 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn 
 // when each one it is given turns out dead.
 const bodyConnTries = 4
 
-// bodyConn takes the connection for an SQL body and names its session. A
+// bodyConn takes the connection for an SQL body and the text to run there,
+// made findable by the rescue (dialect.BodySessioner). A
 // connection the server already closed (the pool does not know until it is
 // used: a restart, pg_terminate_backend, a cut network) fails that first
 // statement, before the body ran: it is thrown away and another taken, at no
 // cost to the task. When every try fails so, the attempt is abandoned, which
 // its abandon budget pays for, not its attempts.
-func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, t dialect.ClaimedTask) (*sql.Conn, error) {
+func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, a attempt) (*sql.Conn, string, error) {
+	t := a.ClaimedTask
 	var err error
 	for try := 1; try <= bodyConnTries; try++ {
 		if try > 2 {
 			select { // a short pause before the third try and after
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, "", ctx.Err()
 			case <-time.After(time.Duration(try-1) * 50 * time.Millisecond):
 			}
 		}
 		var conn *sql.Conn
+		var text string
 		sctx, cancel := w.stmtCtx(ctx)
-		conn, err = bs.BodyConn(sctx, dialect.TaskLease{ID: t.ID, Token: t.Token})
+		conn, text, err = bs.BodyConn(sctx, dialect.BodyStart{
+			Lease: dialect.TaskLease{ID: t.ID, Token: t.Token}, Body: t.Body, LeaseHeld: w.leaseHeld(a),
+		})
 		err = w.stmtErr(sctx, ctx, "start the body", err)
 		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err == nil {
-			return conn, nil
+			return conn, text, nil
 		}
 		if ctx.Err() != nil || errors.Is(err, dialect.ErrLeaseLost) {
-			return nil, err
+			return nil, "", err
 		}
 		if timedOut {
 			// The body never started: a database that did not answer within
 			// the statement timeout is not the task's doing. (Any other error,
 			// a missing permission say, is charged like a failed attempt: it
 			// would fail again at once, and attempts have a backoff.)
-			return nil, abandonError{fmt.Errorf("the body did not start: naming its session failed: %w", err)}
+			return nil, "", abandonError{fmt.Errorf("the body did not start: its first statement failed: %w", err)}
 		}
 		if !dialect.ConnLost(err) {
-			return nil, err
+			return nil, "", err
 		}
 		w.log.Warn().Err(err).Int64("task_id", t.ID).Int("try", try).Msg("a pooled connection was dead before the body started; taking another")
 	}
-	return nil, abandonError{fmt.Errorf("no live database connection for the body after %d tries: %w", bodyConnTries, err)}
+	return nil, "", abandonError{fmt.Errorf("no live database connection for the body after %d tries: %w", bodyConnTries, err)}
 }
 
 // connAlive tells a body's own error that merely looks like a lost connection

@@ -351,6 +351,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			// shutdown has begun it gets a short while more (a claim takes
 			// milliseconds), so the grace of the running tasks stays the bound.
 			cctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
+			sent, _ := bootClock()
 			stop := context.AfterFunc(ctx, func() { time.AfterFunc(min(w.cfg.ShutdownGrace, claimAfterShutdown), cancel) })
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
@@ -367,7 +368,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 				w.log.Error().Err(err).Msg("claim failed; backing off")
 			}
 			for _, t := range got {
-				w.admit(t)
+				w.admit(attempt{ClaimedTask: t, claimSent: sent})
 			}
 			claimed = len(got)
 			backlog = err == nil && claimed == free
@@ -418,7 +419,7 @@ const claimAfterShutdown = 2 * time.Second
 
 // launch runs an admitted attempt in a goroutine of its own. Called with w.mu
 // held and the attempt's slot counted in executing.
-func (w *Worker) launch(runCtx context.Context, cancel context.CancelCauseFunc, t dialect.ClaimedTask) {
+func (w *Worker) launch(runCtx context.Context, cancel context.CancelCauseFunc, t attempt) {
 	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	w.tasks.Add(1)
 	go func() {

@@ -4,34 +4,52 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 
 	"github.com/stageq/stageq/dialect"
 )
 
-// bodySessionSQL calls stageq.body_session (migrations/postgres/000011): it
-// names the session after the attempt (stageq.body_tag, by which the rescue
-// finds a dead worker's body) and bounds it with
-// client_connection_check_interval. It writes nothing, so a body's start costs
-// no transaction. Out: false when the attempt is no longer running.
-const bodySessionSQL = `SELECT stageq.body_session($1, $2)`
+// bodyRunningSQL reads, on the body's own connection, whether the attempt still
+// runs under its token: a rescue that freed it before its body started means
+// the body must not start. Only when the worker cannot vouch for the lease
+// (dialect.BodyStart.LeaseHeld): the read costs more than a `SELECT 1` body
+// (a round trip, and an index probe into a table whose rows churn), so a body
+// claimed moments ago starts without it.
+const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 AND state = 'running' AND lease_token = $2)`
+
+// bodyMark is the comment a body's text starts with: the attempt's tag
+// (stageq.body_tag: its task and lease token, which no other attempt shares),
+// by which the rescue finds a dead worker's body in pg_stat_activity.query
+// while it runs (stageq.body_backend, migrations/postgres/000012). Marking the
+// text costs nothing; naming the session (application_name, versions 4 to 11)
+// cost a statement per body, the most expensive part of a `SELECT 1` body's
+// start. The newline ends the comment's line, so a body that starts with a
+// `--` comment or a psql-style first line stays what it was.
+func bodyMark(a dialect.TaskLease) string {
+	return "/* stageq task " + strconv.FormatInt(a.ID, 10) + " lease " + strconv.FormatInt(a.Token, 10) + " */\n"
+}
 
 // BodyConn implements dialect.BodySessioner.
-func (p *Postgres) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Conn, error) {
+func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn, string, error) {
 	conn, err := p.bodies.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("body connection: %w", err)
+		return nil, "", fmt.Errorf("body connection: %w", err)
+	}
+	a := s.Lease
+	if s.LeaseHeld {
+		return conn, bodyMark(a) + s.Body, nil
 	}
 	var running bool
-	if err := conn.QueryRowContext(ctx, bodySessionSQL, a.ID, a.Token).Scan(&running); err != nil {
+	if err := conn.QueryRowContext(ctx, bodyRunningSQL, a.ID, a.Token).Scan(&running); err != nil {
 		if dialect.ConnLost(err) {
 			dialect.DiscardConn(conn)
 		}
 		conn.Close()
-		return nil, fmt.Errorf("name the body's session: %w", mapErr(err))
+		return nil, "", fmt.Errorf("check the body's attempt: %w", mapErr(err))
 	}
 	if !running {
 		conn.Close()
-		return nil, fmt.Errorf("name the body's session: %w", dialect.ErrLeaseLost)
+		return nil, "", fmt.Errorf("check the body's attempt: %w", dialect.ErrLeaseLost)
 	}
-	return conn, nil
+	return conn, bodyMark(a) + s.Body, nil
 }

@@ -52,23 +52,40 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	return &Postgres{db: db, bodies: openPool(cfg), dsn: dsn}, nil
+	return &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn}, nil
 }
 
 // openPool opens a connection pool on cfg; connections are made on first use.
-func openPool(cfg *pgx.ConnConfig) *sql.DB {
+func openPool(cfg *pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 	// pgx pings a connection idle for over a second before reusing it; an idle
 	// worker's statements are seconds apart, so that doubled its load on the
 	// server. A broken connection still surfaces as an error the worker retries.
-	db := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
+	opts = append(opts, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
 		return p.IdleDuration > 30*time.Second
 	}))
+	db := stdlib.OpenDB(*cfg, opts...)
 	// Keep connections for every concurrent task body (database/sql keeps 2 by
 	// default and would reconnect for each task beyond them); idle ones close
 	// after a while, so a quiet worker holds few.
 	db.SetMaxIdleConns(256)
 	db.SetConnMaxIdleTime(time.Minute)
 	return db
+}
+
+// watchClientSQL makes a body's session check every second, while a body
+// runs, that its worker is still connected (PostgreSQL 14 and later; older
+// servers notice a dead client only when they next write to it), so that a
+// killed worker's body ends soon even before the rescue ends it. Once per
+// connection: the setting stays for the session.
+const watchClientSQL = `SELECT set_config('client_connection_check_interval', '1000', false)
+ WHERE current_setting('server_version_num')::int >= 140000`
+
+// watchClient runs watchClientSQL on each new body connection.
+func watchClient(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, watchClientSQL); err != nil {
+		return fmt.Errorf("body connection: set client_connection_check_interval: %w", err)
+	}
+	return nil
 }
 
 // Name implements dialect.Dialect.

@@ -26,12 +26,16 @@ EXEC stageq.BodySession @TaskId = @TaskId, @Token = @Token, @Running = @Running 
 SELECT @Running;`
 
 // BodyConn implements dialect.BodySessioner: it takes a connection of the pool
-// for attempt a's body and records that connection's session (migration 10).
-// dialect.ErrLeaseLost: the attempt no longer runs under a.Token.
-func (d *SQLServer) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Conn, error) {
+// for an attempt's body and records that connection's session (migration 10);
+// the body's text is run as it is. The statement is needed whether or not the
+// worker vouches for the lease (s.LeaseHeld): the rescue finds the body by the
+// session it records. dialect.ErrLeaseLost: the attempt no longer runs under
+// its token.
+func (d *SQLServer) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn, string, error) {
+	a := s.Lease
 	conn, err := d.bodies.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("body connection: %w", err)
+		return nil, "", fmt.Errorf("body connection: %w", err)
 	}
 	var running bool
 	if err := conn.QueryRowContext(ctx, bodySessionSQL,
@@ -41,13 +45,13 @@ func (d *SQLServer) BodyConn(ctx context.Context, a dialect.TaskLease) (*sql.Con
 			dialect.DiscardConn(conn)
 		}
 		conn.Close()
-		return nil, fmt.Errorf("record the body's session of task %d: %w", a.ID, mapErr(err))
+		return nil, "", fmt.Errorf("record the body's session of task %d: %w", a.ID, mapErr(err))
 	}
 	if !running {
 		conn.Close()
-		return nil, fmt.Errorf("record the body's session of task %d: %w", a.ID, dialect.ErrLeaseLost)
+		return nil, "", fmt.Errorf("record the body's session of task %d: %w", a.ID, dialect.ErrLeaseLost)
 	}
-	return conn, nil
+	return conn, s.Body, nil
 }
 
 var _ dialect.BodySessioner = (*SQLServer)(nil)

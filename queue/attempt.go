@@ -1,0 +1,32 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// attempt is a claimed task inside the worker, with when its lease was last
+// known to be held.
+type attempt struct {
+	dialect.ClaimedTask
+	// claimSent is the boot clock (bootClock) when the claim that leased the
+	// task was sent; zero when this system has no such clock.
+	claimSent time.Duration
+}
+
+// leaseHeld reports whether a's lease is certainly still held now, so that its
+// SQL body may start without reading the lease first (dialect.BodyStart). The
+// database set the lease to expire a whole lease after it ran the claim, which
+// was after the claim was sent: while less than half a lease has passed since
+// then, no rescue can have taken it (the other half allows for the database's
+// clock running fast). The boot clock counts time the machine was suspended,
+// which a monotonic clock leaves out: a worker woken from a suspension after
+// its leases expired must not trust them.
+func (w *Worker) leaseHeld(a attempt) bool {
+	if a.claimSent == 0 {
+		return false
+	}
+	now, ok := bootClock()
+	return ok && now-a.claimSent < w.cfg.Lease/2
+}
