@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"time"
+
+	"github.com/stageq/stageq/stages"
 )
 
 // Querier is what *sql.DB, *sql.Tx and *sql.Conn have in common. Methods that take
@@ -195,29 +197,12 @@ const (
 // global barrier: its stages follow each other across everything enqueued to it.
 const DefaultProcess = "default"
 
-// NewTask is one task of a submission.
-type NewTask struct {
-	Order       int
-	Kind        string // "sql" for SQL bodies, otherwise a registered handler
-	Body        string
-	MaxAttempts int
-	Priority    int
-	Atomic      bool
-	// RunAt, when set, is the earliest start; otherwise Delay after the database's now.
-	RunAt *time.Time
-	Delay time.Duration
-	// LimitKey names the cluster-wide concurrency limit the task counts against
-	// ("" for none); see Operator.LimitSet.
-	LimitKey string
-}
+// NewTask is one task of a submission, as stages resolves it from a plan.
+type NewTask = stages.Resolved
 
-// SubmitParams is a submission of tasks to one process.
-type SubmitParams struct {
-	Process string
-	Tasks   []NewTask
-	// Settings, when set, changes the process's scheduling (Operator.ProcessConfigure).
-	Settings *ProcessSettings
-}
+// SubmitParams is a submission of tasks to one process, as stages resolves it
+// from a plan.
+type SubmitParams = stages.Submission
 
 // SubmitResult names what a submission created.
 type SubmitResult struct {

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/stageq/stageq/stages"
 )
 
 // ErrWrongState means the operation does not apply to the task or process in its
@@ -121,56 +123,33 @@ func AsOperator(d Dialect) (Operator, error) {
 	return nil, fmt.Errorf("the %s dialect does not support operator commands yet", d.Name())
 }
 
-// ProcessSettings are a process's scheduling knobs.
-type ProcessSettings struct {
-	// Priority puts a process ahead: runnable processes of a higher priority are
-	// served before any of a lower one.
-	Priority *int `json:"priority,omitempty"`
-	// Weight is a process's share among runnable processes of its priority:
-	// weight 3 gets three claims to weight 1's one (1..1000, default 1).
-	Weight *int `json:"weight,omitempty"`
-	// MaxParallel caps how many of the process's tasks run at once; 0 removes
-	// the cap (nil leaves it as it is).
-	MaxParallel *int `json:"max_parallel,omitempty"`
-}
+// ProcessSettings are a process's scheduling knobs, as stages defines them.
+type ProcessSettings = stages.Settings
 
-// Bounds of the settings.
+// Bounds of the settings and of limit keys.
 const (
-	MaxWeight   = 1000
-	MaxLimitKey = 200
+	MaxWeight   = stages.MaxWeight
+	MaxLimitKey = stages.MaxLimitKey
 )
 
-// Validate names the first bad setting.
-func (s ProcessSettings) Validate() error {
-	if s.Weight != nil && (*s.Weight < 1 || *s.Weight > MaxWeight) {
-		return fmt.Errorf("%w: weight must be between 1 and %d, got %d", ErrInvalid, MaxWeight, *s.Weight)
-	}
-	if s.Priority != nil && (*s.Priority < math.MinInt32 || *s.Priority > math.MaxInt32) {
-		return fmt.Errorf("%w: priority %d is out of range: it must fit in 32 bits", ErrInvalid, *s.Priority)
-	}
-	if s.MaxParallel != nil && (*s.MaxParallel < 0 || *s.MaxParallel > math.MaxInt32) {
-		return fmt.Errorf("%w: max_parallel must be >= 1 (or 0 for no cap), got %d", ErrInvalid, *s.MaxParallel)
+// ValidateSettings names the first bad setting (ErrInvalid).
+func ValidateSettings(s ProcessSettings) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
 
 // Limit key prefixes: a limit on every task of a kind, or on a process.
 const (
-	LimitKindPrefix    = "kind:"
-	LimitProcessPrefix = "process:"
+	LimitKindPrefix    = stages.LimitKindPrefix
+	LimitProcessPrefix = stages.LimitProcessPrefix
 )
 
-// ValidateLimitKey checks a limit key as a task carries it (not a kind: or
-// process: key, which apply by themselves).
+// ValidateLimitKey checks a limit key as a task carries it (ErrInvalid).
 func ValidateLimitKey(key string) error {
-	switch {
-	case strings.TrimSpace(key) == "":
-		return fmt.Errorf("%w: limit key must not be empty", ErrInvalid)
-	case len(key) > MaxLimitKey:
-		return fmt.Errorf("%w: limit key is longer than %d characters", ErrInvalid, MaxLimitKey)
-	case strings.HasPrefix(key, LimitKindPrefix), strings.HasPrefix(key, LimitProcessPrefix):
-		return fmt.Errorf("%w: limit key %q: the prefixes %q and %q are reserved for kind and process limits",
-			ErrInvalid, key, LimitKindPrefix, LimitProcessPrefix)
+	if err := stages.ValidateLimitKey(key); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

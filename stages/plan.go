@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/stageq/stageq/dialect"
 )
 
 // Defaults for a task's fields left out of a plan or a command line.
@@ -196,11 +194,11 @@ func (p Plan) Validate() error {
 		return fmt.Errorf("%w: defaults.max_attempts must be >= 1, got %d", ErrInvalidPlan, p.Defaults.MaxAttempts)
 	}
 	if err := p.Settings().Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidPlan, bare(err))
+		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
 	}
 	if p.Defaults.Limit != "" {
-		if err := dialect.ValidateLimitKey(p.Defaults.Limit); err != nil {
-			return fmt.Errorf("%w: defaults.limit: %v", ErrInvalidPlan, bare(err))
+		if err := ValidateLimitKey(p.Defaults.Limit); err != nil {
+			return fmt.Errorf("%w: defaults.limit: %v", ErrInvalidPlan, err)
 		}
 	}
 	if len(p.Stages) == 0 {
@@ -226,8 +224,8 @@ func (p Plan) Validate() error {
 		}
 		seen[*s.Order] = true
 		if s.Limit != "" {
-			if err := dialect.ValidateLimitKey(s.Limit); err != nil {
-				return fmt.Errorf("%w: %s.limit: %v", ErrInvalidPlan, where, bare(err))
+			if err := ValidateLimitKey(s.Limit); err != nil {
+				return fmt.Errorf("%w: %s.limit: %v", ErrInvalidPlan, where, err)
 			}
 		}
 		if len(s.Tasks) == 0 {
@@ -269,16 +267,16 @@ func (t Task) validate() error {
 		return err
 	}
 	if t.Limit != "" {
-		if err := dialect.ValidateLimitKey(t.Limit); err != nil {
-			return fmt.Errorf("limit: %v", bare(err))
+		if err := ValidateLimitKey(t.Limit); err != nil {
+			return fmt.Errorf("limit: %v", err)
 		}
 	}
 	return nil
 }
 
 // Settings is the process scheduling the plan sets (nil fields: unchanged).
-func (p Plan) Settings() dialect.ProcessSettings {
-	return dialect.ProcessSettings{Priority: p.Priority, Weight: p.Weight, MaxParallel: p.MaxParallel}
+func (p Plan) Settings() Settings {
+	return Settings{Priority: p.Priority, Weight: p.Weight, MaxParallel: p.MaxParallel}
 }
 
 // ValidateKind checks a task kind as the kind columns store it: text every
@@ -323,10 +321,4 @@ func (p Plan) TaskCount() int {
 		n += len(s.Tasks)
 	}
 	return n
-}
-
-// bare is a dialect validation message without its sentinel's prefix, to be
-// wrapped in ErrInvalidPlan instead.
-func bare(err error) string {
-	return strings.TrimPrefix(err.Error(), dialect.ErrInvalid.Error()+": ")
 }

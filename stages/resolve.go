@@ -2,14 +2,36 @@ package stages
 
 import (
 	"time"
-
-	"github.com/stageq/stageq/dialect"
 )
 
-// Resolve flattens a validated plan into the rows a dialect inserts, applying the
-// plan's defaults and stageq's.
-func (p Plan) Resolve() dialect.SubmitParams {
-	out := dialect.SubmitParams{Process: p.ProcessName()}
+// Submission is a validated plan flattened into the rows a dialect inserts for
+// one process: the plan's defaults and stageq's applied to every task.
+type Submission struct {
+	Process string
+	Tasks   []Resolved
+	// Settings, when set, changes the process's scheduling.
+	Settings *Settings
+}
+
+// Resolved is one task of a submission.
+type Resolved struct {
+	Order       int
+	Kind        string // "sql" for SQL bodies, otherwise a registered handler
+	Body        string
+	MaxAttempts int
+	Priority    int
+	Atomic      bool
+	// RunAt, when set, is the earliest start; otherwise Delay after the database's now.
+	RunAt *time.Time
+	Delay time.Duration
+	// LimitKey names the cluster-wide concurrency limit the task counts against
+	// ("" for none).
+	LimitKey string
+}
+
+// Resolve flattens a validated plan into its submission.
+func (p Plan) Resolve() Submission {
+	out := Submission{Process: p.ProcessName()}
 	if p.Priority != nil || p.Weight != nil || p.MaxParallel != nil {
 		st := p.Settings()
 		out.Settings = &st
@@ -24,8 +46,8 @@ func (p Plan) Resolve() dialect.SubmitParams {
 	return out
 }
 
-func (p Plan) resolveTask(order int, t Task) dialect.NewTask {
-	nt := dialect.NewTask{
+func (p Plan) resolveTask(order int, t Task) Resolved {
+	nt := Resolved{
 		Order:       order,
 		Kind:        firstNonEmpty(t.Kind, p.Defaults.Kind, DefaultKind),
 		Body:        t.Body,

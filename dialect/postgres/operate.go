@@ -151,7 +151,7 @@ func (p *Postgres) withProcessThen(ctx context.Context, q dialect.Querier, name 
 
 // ProcessConfigure implements dialect.Operator.
 func (p *Postgres) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, s dialect.ProcessSettings) error {
-	if err := s.Validate(); err != nil {
+	if err := dialect.ValidateSettings(s); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return p.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {

@@ -160,7 +160,7 @@ func (s *SQLite) withProcessThen(ctx context.Context, q dialect.Querier, name st
 
 // ProcessConfigure implements dialect.Operator.
 func (s *SQLite) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, ps dialect.ProcessSettings) error {
-	if err := ps.Validate(); err != nil {
+	if err := dialect.ValidateSettings(ps); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return s.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {

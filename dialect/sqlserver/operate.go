@@ -222,7 +222,7 @@ func (d *SQLServer) processOp(ctx context.Context, q dialect.Querier, name, op s
 
 // ProcessConfigure implements dialect.Operator.
 func (d *SQLServer) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, s dialect.ProcessSettings) error {
-	if err := s.Validate(); err != nil {
+	if err := dialect.ValidateSettings(s); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	if _, pool := q.(*sql.DB); pool {

@@ -37,7 +37,7 @@ func (d *SQLServer) Submit(ctx context.Context, q dialect.Querier, sp dialect.Su
 	var res dialect.SubmitResult
 	var set dialect.ProcessSettings
 	if sp.Settings != nil {
-		if err := sp.Settings.Validate(); err != nil {
+		if err := dialect.ValidateSettings(*sp.Settings); err != nil {
 			return res, fmt.Errorf("submit: %w", err)
 		}
 		set = *sp.Settings
