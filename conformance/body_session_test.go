@@ -67,13 +67,16 @@ func TestBodySessionFence(t *testing.T) {
 			}
 			return n == 1
 		})
-		conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 11}, Body: "SELECT 1"})
-		if err == nil {
-			conn.Close()
-			t.Fatal("a body started under a lease the rescue had already freed")
-		}
-		if !errors.Is(err, dialect.ErrLeaseLost) {
-			t.Fatalf("body connection after the rescue: %v, want ErrLeaseLost", err)
+		for _, atomic := range []bool{false, true} {
+			conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 11}, Body: "SELECT 1",
+				Atomic: atomic, LeaseHeld: func() bool { return false }})
+			if err == nil {
+				conn.Close()
+				t.Fatalf("a body (atomic: %v) started under a lease the rescue had already freed", atomic)
+			}
+			if !errors.Is(err, dialect.ErrLeaseLost) {
+				t.Fatalf("body connection (atomic: %v) after the rescue: %v, want ErrLeaseLost", atomic, err)
+			}
 		}
 
 		// The task's next attempt gets its own session.
@@ -81,10 +84,46 @@ func TestBodySessionFence(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].ID != id {
 			t.Fatalf("second claim = %+v, %v", got, err)
 		}
-		conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 12}, Body: "SELECT 1"})
+		conn, text, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 12}, Body: "SELECT 1", Atomic: true})
 		if err != nil {
 			t.Fatalf("body connection of the second attempt: %v", err)
 		}
+		if db.Dialect == "postgres" {
+			// An atomic body's transaction goes on after the body, into the
+			// statement recording its end, which carries no mark: the session
+			// is still found there, and while it sits idle in the transaction
+			// (a worker frozen before COMMIT holds the task's row).
+			tx, err := conn.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.ExecContext(ctx, text); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.ExecContext(ctx, "SELECT 2"); err != nil {
+				t.Fatal(err)
+			}
+			if n := db.count(t, fmt.Sprintf("SELECT count(*) FROM stageq.body_backend(%d, 12) b WHERE b IS NOT NULL", id)); n != 1 {
+				t.Errorf("an atomic body's session idle in its transaction was not found")
+			}
+			tx.Rollback()
+		}
 		conn.Close()
+
+		// A worker that vouches for the lease (claimed moments ago) starts the
+		// body without a read of it: the dialect trusts it, even here, where
+		// the lease is in fact held by the second attempt.
+		conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 11}, Body: "SELECT 1",
+			LeaseHeld: func() bool { return true }})
+		switch {
+		case db.Dialect == "postgres" && err != nil:
+			t.Errorf("a body the worker vouched for did not start: %v", err)
+		case db.Dialect != "postgres" && !errors.Is(err, dialect.ErrLeaseLost):
+			// SQL Server records the session in every case, and so reads the lease.
+			t.Errorf("body connection of a lost lease: %v, want ErrLeaseLost", err)
+		}
+		if err == nil {
+			conn.Close()
+		}
 	})
 }

@@ -22,8 +22,7 @@ type Querier interface {
 // for concurrent use.
 type Dialect interface {
 	Scheduler // recurring schedules and exclusive leases (schedule.go)
-	// Name is the dialect's name: "postgres", "sqlite" or "sqlserver". It also
-	// names the migrations folder.
+	// Name is the dialect's name: "postgres", "sqlite" or "sqlserver".
 	Name() string
 	// DB is the connection pool of the queue database.
 	DB() *sql.DB
@@ -32,6 +31,8 @@ type Dialect interface {
 	BeginTx(ctx context.Context) (*sql.Tx, error)
 	// Close releases the pool and any listener.
 	Close() error
+	// Schema is the dialect's migrations (schema.go).
+	Schema() Schema
 
 	// Submit inserts tasks into one process in q, creating the process if new and
 	// opening the stage they belong to. All or nothing: the caller commits q.
@@ -139,11 +140,15 @@ type BodySessioner interface {
 type BodyStart struct {
 	Lease TaskLease
 	Body  string
-	// LeaseHeld: the worker knows the lease is still held (it was claimed
-	// less than half a lease ago), so the dialect need not read it again
-	// before the body starts. When false, BodyConn must check it: the lease
-	// may have expired and the task been rescued, and its body must not start.
-	LeaseHeld bool
+	// Atomic: the body runs in the transaction that also records the
+	// attempt's end (the session must stay findable until that commits).
+	Atomic bool
+	// LeaseHeld, asked once the connection is in hand, says whether the worker
+	// knows the lease is still held (it was claimed less than half a lease
+	// ago), so the dialect need not read it again before the body starts.
+	// When nil or false, BodyConn must check it: the lease may have expired
+	// and the task been rescued, and its body must not start.
+	LeaseHeld func() bool
 }
 
 // WriteLockHolder is implemented by dialects with one writer at a time for the

@@ -9,8 +9,8 @@
 // How to implement a dialect:
 //
 //  1. Register a constructor for the DSN scheme(s) with Register in an init func.
-//  2. Keep the schema in migrations/<name>, with the same version numbers as the
-//     other dialects.
+//  2. Keep the schema in migrations/<name> (a package embedding the files), with
+//     the same version numbers as the other dialects, and serve it from Schema.
 //  3. TaskClaim must lock as it reads and skip rows that others hold; it may only
 //     return tasks whose state is available, which is how the stage barrier reaches
 //     the claim (see package stages).

@@ -1,15 +1,15 @@
-// Package migrations holds stageq's schema for every dialect, embedded in the
-// binaries, and applies it with golang-migrate.
+// Package migrations applies and checks stageq's schema with golang-migrate.
 //
-// Each dialect has a folder with the same version numbers (000001_core.up.sql, …).
-// A binary knows the newest version it embeds (Expected) and refuses to run on a
-// database whose schema is older, newer or dirty: see Check.
+// Each dialect owns its migrations (dialect.Schema): the files live in this
+// folder, one package per dialect (migrations/postgres, …), embedded by that
+// dialect, numbered alike in every dialect. A binary knows the newest version
+// its dialect embeds (Expected) and refuses to run on a database whose schema
+// is older, newer or dirty: see Check.
 package migrations
 
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,23 +19,17 @@ import (
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
-	"github.com/golang-migrate/migrate/v4/database"
-	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	sqlitemigrate "github.com/golang-migrate/migrate/v4/database/sqlite"
-	sqlservermigrate "github.com/golang-migrate/migrate/v4/database/sqlserver"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/stageq/stageq/dialect"
 )
 
-//go:embed postgres/*.sql sqlite/*.sql sqlserver/*.sql
-var files embed.FS
-
-// Table is where golang-migrate records the schema version, inside stageq's own
-// namespace so that it never collides with an application's own migrations.
-const (
-	TablePostgres  = `"stageq"."schema_migrations"`
-	TableSQLite    = "stageq_schema_migrations"
-	TableSQLServer = "schema_migrations" // in schema stageq
-)
+// Target is a database to migrate: a dialect.Dialect is one.
+type Target interface {
+	Name() string
+	DB() *sql.DB
+	Schema() dialect.Schema
+}
 
 // ErrSchemaMismatch means the database's schema is not the one this binary expects.
 var ErrSchemaMismatch = errors.New("schema version mismatch")
@@ -44,30 +38,24 @@ var ErrSchemaMismatch = errors.New("schema version mismatch")
 // ErrSchemaMismatch): upgrade the binary; migrating cannot help.
 var ErrNewer = fmt.Errorf("%w: the database's schema is newer than this binary", ErrSchemaMismatch)
 
-// FS returns the migration files of one dialect.
-func FS(dialect string) (fs.FS, error) {
-	sub, err := fs.Sub(files, dialect)
+// Versions lists the versions a folder of migrations holds, ascending.
+func Versions(files fs.FS) ([]uint, error) {
+	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
-		return nil, fmt.Errorf("migrations for %s: %w", dialect, err)
-	}
-	return sub, nil
-}
-
-// Versions lists the versions a dialect's folder holds, ascending.
-func Versions(dialect string) ([]uint, error) {
-	entries, err := fs.ReadDir(files, dialect)
-	if err != nil {
-		return nil, fmt.Errorf("migrations for %s: %w", dialect, err)
+		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	seen := map[uint]bool{}
 	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
 		num, _, ok := strings.Cut(path.Base(e.Name()), "_")
 		if !ok {
 			continue
 		}
 		v, err := strconv.ParseUint(num, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("migration file %s/%s: version is not a number", dialect, e.Name())
+			return nil, fmt.Errorf("migration file %s: version is not a number", e.Name())
 		}
 		seen[uint(v)] = true
 	}
@@ -79,73 +67,29 @@ func Versions(dialect string) ([]uint, error) {
 	return out, nil
 }
 
-// Expected is the newest schema version this binary embeds for a dialect.
-func Expected(dialect string) (uint, error) {
-	vs, err := Versions(dialect)
+// Expected is the newest schema version a dialect's migrations hold.
+func Expected(s dialect.Schema) (uint, error) {
+	vs, err := Versions(s.Files)
 	if err != nil {
 		return 0, err
 	}
 	if len(vs) == 0 {
-		return 0, fmt.Errorf("migrations for %s: none embedded", dialect)
+		return 0, errors.New("migrations: none embedded")
 	}
 	return vs[len(vs)-1], nil
 }
 
-// sqlServerCreateSchema creates schema stageq before golang-migrate's lock can be
-// taken (its version table lives in the schema). Two migrators starting on an
-// empty database would both see no schema and the second CREATE SCHEMA would fail
-// (2714), so the check and the creation run under an exclusive application lock
-// of their own, held until the transaction ends (sp_getapplock returns < 0 when
-// the lock was not granted in time).
-const sqlServerCreateSchema = `
-SET XACT_ABORT ON;
-BEGIN TRANSACTION;
-DECLARE @Lock int;
-EXEC @Lock = sys.sp_getapplock @Resource = N'stageq: create schema', @LockMode = N'Exclusive',
-     @LockOwner = N'Transaction', @LockTimeout = 60000;
-IF @Lock < 0
-    THROW 50090, N'stageq: could not take the schema-creation lock within 60 s', 1;
-IF SCHEMA_ID(N'stageq') IS NULL
-    EXEC (N'CREATE SCHEMA stageq');
-COMMIT TRANSACTION;`
-
-func newMigrate(ctx context.Context, dialect string, db *sql.DB) (*migrate.Migrate, error) {
-	var (
-		drv database.Driver
-		err error
-	)
-	switch dialect {
-	case "postgres":
-		if _, err = db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS stageq`); err != nil {
-			return nil, fmt.Errorf("create schema stageq: %w", err)
-		}
-		drv, err = pgxmigrate.WithInstance(db, &pgxmigrate.Config{
-			MigrationsTable: TablePostgres, MigrationsTableQuoted: true,
-		})
-	case "sqlite":
-		drv, err = sqlitemigrate.WithInstance(db, &sqlitemigrate.Config{MigrationsTable: TableSQLite})
-	case "sqlserver":
-		if _, err = db.ExecContext(ctx, sqlServerCreateSchema); err != nil {
-			return nil, fmt.Errorf("create schema stageq: %w", err)
-		}
-		drv, err = sqlservermigrate.WithInstance(db, &sqlservermigrate.Config{
-			SchemaName: "stageq", MigrationsTable: TableSQLServer,
-		})
-	default:
-		return nil, fmt.Errorf("migrations: unknown dialect %q", dialect)
-	}
+func newMigrate(ctx context.Context, t Target) (*migrate.Migrate, error) {
+	s := t.Schema()
+	drv, err := s.Driver(ctx, t.DB())
 	if err != nil {
-		return nil, fmt.Errorf("migrations: open %s driver: %w", dialect, err)
+		return nil, fmt.Errorf("migrations: open %s driver: %w", t.Name(), err)
 	}
-	src, err := FS(dialect)
-	if err != nil {
-		return nil, err
-	}
-	source, err := iofs.New(src, ".")
+	source, err := iofs.New(s.Files, ".")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: read embedded files: %w", err)
 	}
-	m, err := migrate.NewWithInstance("iofs", source, dialect, drv)
+	m, err := migrate.NewWithInstance("iofs", source, t.Name(), drv)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
@@ -154,8 +98,8 @@ func newMigrate(ctx context.Context, dialect string, db *sql.DB) (*migrate.Migra
 
 // Up applies every migration the database lacks. Already being current is success.
 // It returns the version the database is at afterwards.
-func Up(ctx context.Context, dialect string, db *sql.DB) (uint, error) {
-	m, err := newMigrate(ctx, dialect, db)
+func Up(ctx context.Context, t Target) (uint, error) {
+	m, err := newMigrate(ctx, t)
 	if err != nil {
 		return 0, err
 	}
@@ -174,57 +118,18 @@ func Up(ctx context.Context, dialect string, db *sql.DB) (uint, error) {
 
 // Version reads the schema version the database is at; 0 when stageq's schema
 // was never applied.
-func Version(ctx context.Context, dialect string, db *sql.DB) (version uint, dirty bool, err error) {
-	var q string
-	switch dialect {
-	case "postgres":
-		q = `SELECT version, dirty FROM stageq.schema_migrations LIMIT 1`
-		var exists bool
-		if err := db.QueryRowContext(ctx, `SELECT to_regclass('stageq.schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
-			return 0, false, fmt.Errorf("read schema version: %w", err)
-		}
-		if !exists {
-			return 0, false, nil
-		}
-	case "sqlite":
-		var n int
-		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, TableSQLite).Scan(&n); err != nil {
-			return 0, false, fmt.Errorf("read schema version: %w", err)
-		}
-		if n == 0 {
-			return 0, false, nil
-		}
-		q = `SELECT version, dirty FROM ` + TableSQLite + ` LIMIT 1`
-	case "sqlserver":
-		var id sql.NullInt64
-		if err := db.QueryRowContext(ctx, `SELECT OBJECT_ID(N'stageq.schema_migrations', N'U')`).Scan(&id); err != nil {
-			return 0, false, fmt.Errorf("read schema version: %w", err)
-		}
-		if !id.Valid {
-			return 0, false, nil
-		}
-		q = `SELECT TOP (1) version, dirty FROM stageq.schema_migrations`
-	default:
-		return 0, false, fmt.Errorf("migrations: unknown dialect %q", dialect)
-	}
-	var v int64
-	if err := db.QueryRowContext(ctx, q).Scan(&v, &dirty); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, false, nil
-		}
-		return 0, false, fmt.Errorf("read schema version: %w", err)
-	}
-	return uint(v), dirty, nil
+func Version(ctx context.Context, t Target) (version uint, dirty bool, err error) {
+	return t.Schema().Version(ctx, t.DB())
 }
 
 // Check refuses a database whose schema this binary does not know: never migrated,
 // older, newer, or dirty. The error says what was found and what is expected.
-func Check(ctx context.Context, dialect string, db *sql.DB) error {
-	want, err := Expected(dialect)
+func Check(ctx context.Context, t Target) error {
+	want, err := Expected(t.Schema())
 	if err != nil {
 		return err
 	}
-	got, dirty, err := Version(ctx, dialect, db)
+	got, dirty, err := Version(ctx, t)
 	if err != nil {
 		return err
 	}

@@ -2,31 +2,43 @@ package migrations_test
 
 import (
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
+	"strings"
 	"testing"
 
 	"github.com/stageq/stageq/migrations"
+	"github.com/stageq/stageq/migrations/postgres"
+	"github.com/stageq/stageq/migrations/sqlite"
+	"github.com/stageq/stageq/migrations/sqlserver"
 )
+
+// dialects are the migrations each dialect embeds.
+var dialects = []struct {
+	name  string
+	files fs.FS
+}{{"postgres", postgres.Files}, {"sqlite", sqlite.Files}, {"sqlserver", sqlserver.Files}}
 
 // TestDialectsShareVersions: every dialect's folder holds the same set of schema
 // versions, so a version number means the same step everywhere. A step that does
 // not apply to a dialect still gets a (placeholder) file there.
 func TestDialectsShareVersions(t *testing.T) {
-	dialects := []string{"postgres", "sqlite", "sqlserver"}
 	sets := map[string]string{}
 	for _, d := range dialects {
-		vs, err := migrations.Versions(d)
+		vs, err := migrations.Versions(d.files)
 		if err != nil {
-			t.Fatalf("%s: %v", d, err)
+			t.Fatalf("%s: %v", d.name, err)
 		}
 		if len(vs) == 0 {
-			t.Fatalf("%s: no migrations", d)
+			t.Fatalf("%s: no migrations", d.name)
 		}
-		sets[d] = fmt.Sprint(vs)
+		sets[d.name] = fmt.Sprint(vs)
 	}
+	first := dialects[0].name
 	for _, d := range dialects[1:] {
-		if sets[d] != sets[dialects[0]] {
-			t.Errorf("%s has versions %s, %s has %s", d, sets[d], dialects[0], sets[dialects[0]])
+		if sets[d.name] != sets[first] {
+			t.Errorf("%s has versions %s, %s has %s", d.name, sets[d.name], first, sets[first])
 		}
 	}
 }
@@ -34,22 +46,36 @@ func TestDialectsShareVersions(t *testing.T) {
 // TestEveryVersionHasBothDirections: golang-migrate needs an up file for each
 // version; a down file keeps `migrate down` possible.
 func TestEveryVersionHasBothDirections(t *testing.T) {
-	for _, d := range []string{"postgres", "sqlite", "sqlserver"} {
-		fsys, err := migrations.FS(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vs, err := migrations.Versions(d)
+	for _, d := range dialects {
+		vs, err := migrations.Versions(d.files)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range vs {
 			for _, dir := range []string{"up", "down"} {
 				pattern := fmt.Sprintf("%06d_*.%s.sql", v, dir)
-				if m, err := fs.Glob(fsys, pattern); err != nil || len(m) != 1 {
-					t.Errorf("%s: version %d: want one %s file, found %v (%v)", d, v, dir, m, err)
+				if m, err := fs.Glob(d.files, pattern); err != nil || len(m) != 1 {
+					t.Errorf("%s: version %d: want one %s file, found %v (%v)", d.name, v, dir, m, err)
 				}
 			}
+		}
+	}
+}
+
+// TestMigrationsKnowNoDialect: the package applies whatever a dialect's Schema
+// hands it; it links no golang-migrate database driver and no dialect, so a
+// new dialect touches nothing here.
+func TestMigrationsKnowNoDialect(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "migrations.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		path := strings.Trim(imp.Path.Value, `"`)
+		if strings.HasPrefix(path, "github.com/golang-migrate/migrate/v4/database/") ||
+			strings.HasPrefix(path, "github.com/stageq/stageq/dialect/") {
+			t.Errorf("migrations.go imports %s", path)
 		}
 	}
 }

@@ -58,7 +58,7 @@ func New(ctx context.Context, d dialect.Dialect, cfg Config) (*Client, error) {
 		}
 		return c, nil
 	}
-	if err := migrations.Check(ctx, d.Name(), d.DB()); err != nil {
+	if err := migrations.Check(ctx, d); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -66,7 +66,7 @@ func New(ctx context.Context, d dialect.Dialect, cfg Config) (*Client, error) {
 
 // Migrate applies the migrations the database lacks and returns its version.
 func (c *Client) Migrate(ctx context.Context) (uint, error) {
-	v, err := migrations.Up(ctx, c.d.Name(), c.d.DB())
+	v, err := migrations.Up(ctx, c.d)
 	if err != nil {
 		return 0, err
 	}

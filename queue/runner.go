@@ -220,7 +220,8 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, a attem
 		var text string
 		sctx, cancel := w.stmtCtx(ctx)
 		conn, text, err = bs.BodyConn(sctx, dialect.BodyStart{
-			Lease: dialect.TaskLease{ID: t.ID, Token: t.Token}, Body: t.Body, LeaseHeld: w.leaseHeld(a),
+			Lease: dialect.TaskLease{ID: t.ID, Token: t.Token}, Body: t.Body, Atomic: t.Atomic,
+			LeaseHeld: func() bool { return w.leaseHeld(a) },
 		})
 		err = w.stmtErr(sctx, ctx, "start the body", err)
 		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)

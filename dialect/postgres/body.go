@@ -17,6 +17,14 @@ import (
 // claimed moments ago starts without it.
 const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 AND state = 'running' AND lease_token = $2)`
 
+// bodySessionSQL calls stageq.body_session (migrations/postgres/000011), for
+// atomic bodies: it names the session after the attempt (application_name =
+// stageq.body_tag) and reads whether the attempt still runs. An atomic body's
+// transaction goes on after the body, into the statement that records the
+// attempt's end, whose text carries no mark: by the name, the rescue still
+// finds the session there, and while it sits idle in that transaction.
+const bodySessionSQL = `SELECT stageq.body_session($1, $2)`
+
 // bodyMark is the comment a body's text starts with: the attempt's tag
 // (stageq.body_tag: its task and lease token, which no other attempt shares),
 // by which the rescue finds a dead worker's body in pg_stat_activity.query
@@ -36,11 +44,17 @@ func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn
 		return nil, "", fmt.Errorf("body connection: %w", err)
 	}
 	a := s.Lease
-	if s.LeaseHeld {
+	check := bodyRunningSQL
+	switch {
+	case s.Atomic:
+		check = bodySessionSQL
+	case s.LeaseHeld != nil && s.LeaseHeld():
+		// Judged now that the connection is in hand: taking it may have meant
+		// opening a new one.
 		return conn, bodyMark(a) + s.Body, nil
 	}
 	var running bool
-	if err := conn.QueryRowContext(ctx, bodyRunningSQL, a.ID, a.Token).Scan(&running); err != nil {
+	if err := conn.QueryRowContext(ctx, check, a.ID, a.Token).Scan(&running); err != nil {
 		if dialect.ConnLost(err) {
 			dialect.DiscardConn(conn)
 		}

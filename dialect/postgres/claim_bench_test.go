@@ -45,7 +45,7 @@ func benchDB(b *testing.B) dialect.Dialect {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
-	if _, err := migrations.Up(ctx, "postgres", d.DB()); err != nil {
+	if _, err := migrations.Up(ctx, d); err != nil {
 		b.Fatal(err)
 	}
 	return d

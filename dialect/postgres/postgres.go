@@ -29,12 +29,13 @@ func init() {
 // Postgres implements dialect.Dialect.
 type Postgres struct {
 	db *sql.DB
-	// bodies is a pool of its own for SQL bodies (BodyConn). A body's session
-	// keeps the attempt's name after the body ends, and the rescue of that
-	// attempt's lease, should its end never be recorded, ends whatever that
-	// session is running: in the shared pool it could be a claim, a finish or
-	// the rescue itself (seen: the rescue terminated its own session). Here a
-	// session only ever runs bodies, and each body renames it first.
+	// bodies is a pool of its own for SQL bodies (BodyConn). An atomic body's
+	// session keeps the attempt's name after the body ends, and the rescue of
+	// that attempt's lease, should its end never be recorded, ends whatever
+	// that session is running: in the shared pool it could be a claim, a
+	// finish or the rescue itself (seen: the rescue terminated its own
+	// session). Here a session only ever runs bodies, and each atomic body
+	// renames it first.
 	bodies *sql.DB
 	dsn    string
 }

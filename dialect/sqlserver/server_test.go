@@ -78,7 +78,7 @@ func openMigrated(t *testing.T) (*SQLServer, bool) {
 		t.Fatalf("open: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
-	if _, err := migrations.Up(ctx, "sqlserver", d.DB()); err != nil {
+	if _, err := migrations.Up(ctx, d); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	return d.(*SQLServer), babelfish
@@ -259,7 +259,7 @@ func TestServerLongKindsHaveLimitsOfTheirOwn(t *testing.T) {
 // under an application lock, so the second never meets error 2714).
 func TestServerTwoMigratorsOnAnEmptyDatabase(t *testing.T) {
 	ctx := context.Background()
-	want, err := migrations.Expected("sqlserver")
+	want, err := migrations.Expected((&SQLServer{}).Schema())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestServerTwoMigratorsOnAnEmptyDatabase(t *testing.T) {
 					return
 				}
 				defer d.Close()
-				versions[i], errs[i] = migrations.Up(ctx, "sqlserver", d.DB())
+				versions[i], errs[i] = migrations.Up(ctx, d)
 			}()
 		}
 		wg.Wait()

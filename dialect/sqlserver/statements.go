@@ -16,6 +16,9 @@ type statement struct {
 
 // statements lists every batch, in the order docs/sqlserver.md describes them.
 var statements = []statement{
+	{name: "create schema", sql: createSchemaSQL},
+	{name: "schema table", sql: schemaTableSQL},
+	{name: "schema version", sql: schemaVersionSQL},
 	{name: "compatibility level", sql: compatLevelSQL},
 	{name: "OPENJSON probe", sql: openJSONProbeSQL},
 	{name: "begin", sql: beginTxSQL},

@@ -47,10 +47,10 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 			defer d.Close()
 			// A schema newer than this binary: say so, rather than golang-migrate's
 			// "no migration found for version N".
-			if err := migrations.Check(cmd.Context(), d.Name(), d.DB()); errors.Is(err, migrations.ErrNewer) {
+			if err := migrations.Check(cmd.Context(), d); errors.Is(err, migrations.ErrNewer) {
 				return err
 			}
-			v, err := migrations.Up(cmd.Context(), d.Name(), d.DB())
+			v, err := migrations.Up(cmd.Context(), d)
 			if err != nil {
 				return err
 			}
@@ -67,16 +67,16 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 				return err
 			}
 			defer d.Close()
-			got, dirty, err := migrations.Version(cmd.Context(), d.Name(), d.DB())
+			got, dirty, err := migrations.Version(cmd.Context(), d)
 			if err != nil {
 				return err
 			}
-			want, err := migrations.Expected(d.Name())
+			want, err := migrations.Expected(d.Schema())
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "database: %d%s\nbinary expects: %d\n", got, map[bool]string{true: " (dirty)"}[dirty], want)
-			if err := migrations.Check(cmd.Context(), d.Name(), d.DB()); err != nil {
+			if err := migrations.Check(cmd.Context(), d); err != nil {
 				return exitCodeError{code: ExitFailure, err: err}
 			}
 			return nil

@@ -1,0 +1,43 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/golang-migrate/migrate/v4/database"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+
+	"github.com/stageq/stageq/dialect"
+	schema "github.com/stageq/stageq/migrations/postgres"
+)
+
+// migrationsTable is where golang-migrate records the schema version, inside
+// stageq's own namespace so that it never collides with an application's own
+// migrations.
+const migrationsTable = `"stageq"."schema_migrations"`
+
+// Schema implements dialect.Dialect.
+func (p *Postgres) Schema() dialect.Schema {
+	return dialect.Schema{Files: schema.Files, Driver: migrationDriver, Version: schemaVersion}
+}
+
+func migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS stageq`); err != nil {
+		return nil, fmt.Errorf("create schema stageq: %w", err)
+	}
+	return pgxmigrate.WithInstance(db, &pgxmigrate.Config{
+		MigrationsTable: migrationsTable, MigrationsTableQuoted: true,
+	})
+}
+
+func schemaVersion(ctx context.Context, db *sql.DB) (uint, bool, error) {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('stageq.schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, false, fmt.Errorf("read schema version: %w", err)
+	}
+	if !exists {
+		return 0, false, nil
+	}
+	return dialect.ScanSchemaVersion(db.QueryRowContext(ctx, `SELECT version, dirty FROM stageq.schema_migrations LIMIT 1`))
+}

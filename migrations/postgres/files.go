@@ -1,0 +1,11 @@
+// Package postgres embeds the postgres dialect's migrations (dialect/postgres serves them
+// through its Schema). The files are numbered alike in every dialect: a
+// version that changes nothing here still has a file that says so.
+package postgres
+
+import "embed"
+
+// Files holds 000001_core.up.sql and every later version, up and down.
+//
+//go:embed *.sql
+var Files embed.FS
