@@ -96,8 +96,15 @@ var logLine = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ 
 // execute step of the extended protocol (named or unnamed statement).
 var statementMsg = regexp.MustCompile(`^(?:statement: |execute (?:<unnamed>|[^:]+): )(.*)$`)
 
-// parseStatements reads log entries and returns the statements of database db.
-// A statement may span lines; continuation lines start with a tab.
+// bodyMark matches the comment a worker starts each SQL body's text with, its
+// attempt's tag (dialect/postgres/body.go): the body is the user's statement,
+// one kind however many attempts run it, so the count of distinct statements
+// reads it without the tag.
+var bodyMark = regexp.MustCompile(`^/\* stageq task -?\d+ lease -?\d+ \*/ `)
+
+// parseStatements reads log entries and returns the statements of database db,
+// SQL bodies without their attempt's tag (bodyMark). A statement may span
+// lines; continuation lines start with a tab.
 func parseStatements(r io.Reader, db string) ([]string, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -107,7 +114,8 @@ func parseStatements(r io.Reader, db string) ([]string, error) {
 	// concurrent backends are written whole, so only the last entry grows.
 	flush := func() {
 		if cur != nil {
-			out = append(out, strings.Join(strings.Fields(cur.String()), " "))
+			st := strings.Join(strings.Fields(cur.String()), " ")
+			out = append(out, bodyMark.ReplaceAllString(st, "/* stageq task <id> lease <token> */ "))
 			cur = nil
 		}
 	}

@@ -38,12 +38,17 @@ func TestParseStatements(t *testing.T) {
 		"2026-11-22 03:27:26.463 UTC [2885] postgres@bench LOG:  statement: begin",
 		"2026-11-22 03:27:26.464 UTC [2200] LOG:  checkpoint starting: time",
 		"2026-11-22 03:27:26.465 UTC [2886] postgres@bench ERROR:  relation does not exist",
+		"2026-11-22 03:27:26.466 UTC [2887] postgres@bench LOG:  statement: /* stageq task 12 lease -34 */",
+		"\tSELECT 1",
+		"2026-11-22 03:27:26.467 UTC [2888] postgres@bench LOG:  statement: /* stageq task 13 lease 56 */",
+		"\tSELECT 1",
 	}, "\n")
 	got, err := parseStatements(strings.NewReader(log), "bench")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"SELECT stageq.finish($1, $2)", "WITH c AS ( SELECT 1 ) SELECT * FROM c", "begin"}
+	body := "/* stageq task <id> lease <token> */ SELECT 1" // one statement, whatever the attempt
+	want := []string{"SELECT stageq.finish($1, $2)", "WITH c AS ( SELECT 1 ) SELECT * FROM c", "begin", body, body}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("statements = %q, want %q", got, want)
 	}
