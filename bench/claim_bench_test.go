@@ -78,7 +78,7 @@ func BenchmarkClaimFinish(b *testing.B) {
 				if err != nil || len(got) != 1 {
 					b.Fatalf("claim: %d tasks, %v", len(got), err)
 				}
-				if err := d.TaskFinish(ctx, d.DB(), dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
+				if err := d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
 					b.Fatal(err)
 				}
 				left--

@@ -527,7 +527,7 @@ func (db *testDB) finish(ctx context.Context, fp dialect.FinishParams) error {
 			}
 		}
 	}
-	if err := db.D.TaskFinish(ctx, db.D.DB(), fp); err != nil {
+	if err := db.D.TaskFinish(ctx, nil, fp); err != nil {
 		return err
 	}
 	if advances && pid != 0 {

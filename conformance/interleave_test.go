@@ -121,7 +121,7 @@ func TestAdvanceDoesNotWaitForAHeldProcess(t *testing.T) {
 		if _, err := db.Client.SubmitTx(ctx, tx, plan("held", "work", []int{300}, func(int, int) string { return "y" }, 1)); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
+		if err := db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -153,7 +153,7 @@ func TestRescueRepairsALostAdvance(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := claimAll(t, db, 1, 1)
-		if err := db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
+		if err := db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
 			t.Fatal(err)
 		}
 		if st := stageStates(t, db, "lost"); !slices.Equal(st[2], []string{dialect.StateBlocked}) {
@@ -190,7 +190,7 @@ func TestRetryWaitsForAnOpenLowerOrder(t *testing.T) {
 		}
 		finished := make(chan error, 1)
 		go func() {
-			finished <- db.D.TaskFinish(ctx, db.D.DB(), dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token,
+			finished <- db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token,
 				Outcome: dialect.OutcomeFailed, Error: "boom", RetryAfter: time.Millisecond})
 		}()
 		select {

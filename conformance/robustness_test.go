@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -68,11 +69,11 @@ type failingFinisher struct {
 
 var errInjected = errors.New("injected: connection reset")
 
-func (f *failingFinisher) TaskFinish(ctx context.Context, q dialect.Querier, p dialect.FinishParams) error {
+func (f *failingFinisher) TaskFinish(ctx context.Context, tx *sql.Tx, p dialect.FinishParams) error {
 	if f.fail.Add(-1) >= 0 {
 		return errInjected
 	}
-	return f.Dialect.TaskFinish(ctx, q, p)
+	return f.Dialect.TaskFinish(ctx, tx, p)
 }
 
 func (f *failingFinisher) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
@@ -84,7 +85,7 @@ func (f *failingFinisher) TaskFinishMany(ctx context.Context, ps []dialect.Finis
 	}
 	res := dialect.FinishResult{Held: make([]bool, len(ps))}
 	for i, p := range ps {
-		err := f.Dialect.TaskFinish(ctx, f.Dialect.DB(), p)
+		err := f.Dialect.TaskFinish(ctx, nil, p)
 		if err != nil && !errors.Is(err, dialect.ErrLeaseLost) {
 			return dialect.FinishResult{}, err
 		}

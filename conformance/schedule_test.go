@@ -67,7 +67,7 @@ func schedRuns(t *testing.T, db *testDB, name string) []dialect.ScheduleRun {
 
 func schedDBNow(t *testing.T, db *testDB) time.Time {
 	t.Helper()
-	now, err := db.D.ClockNow(context.Background(), db.D.DB())
+	now, err := db.D.ClockNow(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

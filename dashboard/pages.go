@@ -54,7 +54,7 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	now, err := s.d.ClockNow(ctx, s.d.DB())
+	now, err := s.d.ClockNow(ctx, nil)
 	if err != nil {
 		return "", nil, err
 	}

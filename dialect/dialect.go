@@ -9,13 +9,27 @@ import (
 	"github.com/stageq/stageq/stages"
 )
 
-// Querier is what *sql.DB, *sql.Tx and *sql.Conn have in common. Methods that take
-// one can run inside the caller's own transaction (enqueue with InsertTx-style APIs,
-// atomic SQL tasks whose body and completion commit together).
+// Querier is what *sql.DB, *sql.Tx and *sql.Conn have in common: what a
+// dialect runs its statements on.
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Methods that take a tx *sql.Tx run inside the caller's own transaction when
+// it is not nil (enqueue beside the caller's writes, atomic SQL tasks whose body
+// and completion commit together), and on the dialect's pool when it is nil, in
+// a transaction of the dialect's own where they need one. Whether there is a
+// transaction is said, never guessed from the type of a Querier.
+
+// On is where a method given tx runs its statements: tx, or db when tx is nil.
+// (A nil *sql.Tx inside a Querier would not compare equal to nil.)
+func On(db *sql.DB, tx *sql.Tx) Querier {
+	if tx != nil {
+		return tx
+	}
+	return db
 }
 
 // Dialect is everything the core asks of a database. Implementations must be safe
@@ -34,9 +48,10 @@ type Dialect interface {
 	// Schema is the dialect's migrations (schema.go).
 	Schema() Schema
 
-	// Submit inserts tasks into one process in q, creating the process if new and
-	// opening the stage they belong to. All or nothing: the caller commits q.
-	Submit(ctx context.Context, q Querier, p SubmitParams) (SubmitResult, error)
+	// Submit inserts tasks into one process, creating the process if new and
+	// opening the stage they belong to. All or nothing: in tx, which the caller
+	// commits, or (tx nil) in a transaction of its own.
+	Submit(ctx context.Context, tx *sql.Tx, p SubmitParams) (SubmitResult, error)
 
 	// TaskClaim leases up to p.Max available tasks to a worker and writes the
 	// start of their Logs rows, in one transaction.
@@ -44,7 +59,8 @@ type Dialect interface {
 	// TaskFinish records the end of an attempt, fenced by the lease token, and moves
 	// the process to its next stage when the attempt finished the current one.
 	// It returns ErrLeaseLost, changing nothing, when the token no longer holds.
-	TaskFinish(ctx context.Context, q Querier, p FinishParams) error
+	// In tx when not nil (an atomic task's body and completion).
+	TaskFinish(ctx context.Context, tx *sql.Tx, p FinishParams) error
 	// TaskExtendLeases extends the leases of the attempts a worker is running
 	// (p.Tasks) and returns those it still holds; one missing from the answer was
 	// lost. A lease the worker holds but did not list is not extended: it expires

@@ -38,8 +38,9 @@ var ErrWrongState = errors.New("not allowed in the current state")
 //     so it is released exactly when the task's lease ends (fenced finish, or
 //     rescue after expiry). LimitSet takes effect at the next claim.
 type Operator interface {
-	// ProcessConfigure changes a process's scheduling; nil fields stay as they are.
-	ProcessConfigure(ctx context.Context, q Querier, name string, s ProcessSettings) error
+	// ProcessConfigure changes a process's scheduling, in tx or (nil) a
+	// transaction of its own; nil fields stay as they are.
+	ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s ProcessSettings) error
 	// ProcessList reads processes with their per-stage progress; name "" lists
 	// all, and finished processes only when all is true.
 	ProcessList(ctx context.Context, f ProcessFilter) ([]ProcessStatus, error)

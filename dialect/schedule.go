@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"time"
@@ -34,10 +35,11 @@ var (
 //  4. LeaseExtend and LeaseRelease are fenced by holder and token; LeaseExtend also
 //     refuses an expired lease. Both return ErrLeaseLost when the fence fails.
 type Scheduler interface {
-	// ClockNow reads the database's clock, in q (a transaction or the pool).
-	ClockNow(ctx context.Context, q Querier) (time.Time, error)
-	// ScheduleCreate inserts a schedule; ErrExists when the name is taken.
-	ScheduleCreate(ctx context.Context, q Querier, p ScheduleCreateParams) (int64, error)
+	// ClockNow reads the database's clock, in tx (its now) or on the pool.
+	ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error)
+	// ScheduleCreate inserts a schedule, in tx or on the pool; ErrExists when
+	// the name is taken.
+	ScheduleCreate(ctx context.Context, tx *sql.Tx, p ScheduleCreateParams) (int64, error)
 	// ScheduleList reads schedules ordered by name; Name "" lists all.
 	ScheduleList(ctx context.Context, f ScheduleFilter) ([]ScheduleInfo, error)
 	// ScheduleSetPaused pauses or resumes a schedule; ErrNotFound when unknown.
@@ -48,17 +50,17 @@ type Scheduler interface {
 	// ScheduleLockDue locks, in tx, the unpaused schedule whose next_run is the
 	// earliest at or before the database's now among those no one else holds.
 	// ok is false when none is due. now is the database's clock.
-	ScheduleLockDue(ctx context.Context, tx Querier) (s ScheduleInfo, now time.Time, ok bool, err error)
+	ScheduleLockDue(ctx context.Context, tx *sql.Tx) (s ScheduleInfo, now time.Time, ok bool, err error)
 	// ScheduleLock locks the named schedule in tx, waiting for other holders;
 	// ErrNotFound when unknown.
-	ScheduleLock(ctx context.Context, tx Querier, name string) (s ScheduleInfo, now time.Time, err error)
+	ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (s ScheduleInfo, now time.Time, err error)
 	// ScheduleUnfinished reports whether any task enqueued by the schedule is
 	// still in the queue (pending, running or failed for good).
-	ScheduleUnfinished(ctx context.Context, tx Querier, name string) (bool, error)
+	ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error)
 	// ScheduleFire records one handled tick in tx: it tags the tasks enqueued for
 	// it, writes the run's audit row, and (when p.Advance) moves next_run from
 	// p.PrevNextRun to p.NextRun, returning ErrConflict when next_run moved.
-	ScheduleFire(ctx context.Context, tx Querier, p ScheduleFireParams) error
+	ScheduleFire(ctx context.Context, tx *sql.Tx, p ScheduleFireParams) error
 	// ScheduleNextDue is how long until the earliest unpaused next_run, by the
 	// database's clock (zero or negative: something is due). ok is false when
 	// there is no unpaused schedule.

@@ -71,7 +71,7 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 	defer w.cfg.Metrics.timeFinish()()
 	if w.finishes == nil {
-		if err := w.d.TaskFinish(ctx, w.d.DB(), fp); err != nil {
+		if err := w.d.TaskFinish(ctx, nil, fp); err != nil {
 			return err
 		}
 		if fp.ProcessID != 0 {

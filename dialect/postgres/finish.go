@@ -16,7 +16,8 @@ import (
 const finishSQL = `SELECT stageq.finish($1, $2, $3, $4, $5)`
 
 // TaskFinish implements dialect.Dialect.
-func (p *Postgres) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) error {
+func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.FinishParams) error {
+	q := dialect.On(p.db, tx)
 	var retry sql.NullInt64
 	if fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0 {
 		retry = sql.NullInt64{Int64: max(fp.RetryAfter.Milliseconds(), 1), Valid: true}

@@ -11,11 +11,11 @@ import (
 
 var _ dialect.Operator = (*Postgres)(nil)
 
-// inTx runs fn in q when q is already a transaction, otherwise in a new one that
+// inTx runs fn in the caller's transaction tx, or (tx nil) in a new one that
 // commits when fn succeeds.
-func (p *Postgres) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Querier) error) error {
-	if _, isDB := q.(*sql.DB); !isDB && q != nil {
-		return fn(q)
+func (p *Postgres) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
+	if tx != nil {
+		return fn(tx)
 	}
 	tx, err := p.BeginTx(ctx)
 	if err != nil {
@@ -120,14 +120,14 @@ func markCancelled(ctx context.Context, q dialect.Querier, id int64, o dialect.O
 
 // withProcess locks the named process in a transaction and runs fn with its id;
 // afterwards it re-derives the process's stage and run-queue state.
-func (p *Postgres) withProcess(ctx context.Context, q dialect.Querier, name string, fn func(q dialect.Querier, id int64) error) error {
-	return p.withProcessThen(ctx, q, name, fn, nil)
+func (p *Postgres) withProcess(ctx context.Context, tx *sql.Tx, name string, fn func(q dialect.Querier, id int64) error) error {
+	return p.withProcessThen(ctx, tx, name, fn, nil)
 }
 
 // withProcessThen is withProcess with a step after open_stage, in the same
 // transaction (an operator action's markCancelled).
-func (p *Postgres) withProcessThen(ctx context.Context, q dialect.Querier, name string, fn, then func(q dialect.Querier, id int64) error) error {
-	return p.inTx(ctx, q, func(q dialect.Querier) error {
+func (p *Postgres) withProcessThen(ctx context.Context, tx *sql.Tx, name string, fn, then func(q dialect.Querier, id int64) error) error {
+	return p.inTx(ctx, tx, func(q dialect.Querier) error {
 		var id int64
 		err := q.QueryRowContext(ctx, lockProcessSQL, name).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -150,11 +150,11 @@ func (p *Postgres) withProcessThen(ctx context.Context, q dialect.Querier, name 
 }
 
 // ProcessConfigure implements dialect.Operator.
-func (p *Postgres) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, s dialect.ProcessSettings) error {
+func (p *Postgres) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s dialect.ProcessSettings) error {
 	if err := dialect.ValidateSettings(s); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
-	return p.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
+	return p.withProcess(ctx, tx, name, func(q dialect.Querier, id int64) error {
 		if _, err := q.ExecContext(ctx, configureSQL, id, dialect.NullInt(s.Priority), dialect.NullInt(s.Weight), dialect.NullInt(s.MaxParallel)); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
 		}

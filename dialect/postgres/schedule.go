@@ -26,7 +26,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 RETURNING id`
 
 // ScheduleCreate implements dialect.Scheduler.
-func (p *Postgres) ScheduleCreate(ctx context.Context, q dialect.Querier, sp dialect.ScheduleCreateParams) (int64, error) {
+func (p *Postgres) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
+	q := dialect.On(p.db, tx)
 	var id int64
 	err := q.QueryRowContext(ctx, scheduleCreateSQL, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, sp.NextRun).Scan(&id)
@@ -97,7 +98,7 @@ const scheduleLockDueSQL = `SELECT ` + scheduleColumns + `, now()
    FOR UPDATE SKIP LOCKED`
 
 // ScheduleLockDue implements dialect.Scheduler.
-func (p *Postgres) ScheduleLockDue(ctx context.Context, tx dialect.Querier) (dialect.ScheduleInfo, time.Time, bool, error) {
+func (p *Postgres) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.ScheduleInfo, time.Time, bool, error) {
 	var now time.Time
 	s, err := scanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockDueSQL).Scan(append(dest, &now)...)
@@ -116,7 +117,7 @@ const scheduleLockSQL = `SELECT ` + scheduleColumns + `, now()
   FROM stageq.schedules WHERE name = $1 FOR UPDATE`
 
 // ScheduleLock implements dialect.Scheduler.
-func (p *Postgres) ScheduleLock(ctx context.Context, tx dialect.Querier, name string) (dialect.ScheduleInfo, time.Time, error) {
+func (p *Postgres) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (dialect.ScheduleInfo, time.Time, error) {
 	var now time.Time
 	s, err := scanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockSQL, name).Scan(append(dest, &now)...)
@@ -134,7 +135,7 @@ func (p *Postgres) ScheduleLock(ctx context.Context, tx dialect.Querier, name st
 const scheduleUnfinishedSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE schedule_name = $1)`
 
 // ScheduleUnfinished implements dialect.Scheduler.
-func (p *Postgres) ScheduleUnfinished(ctx context.Context, tx dialect.Querier, name string) (bool, error) {
+func (p *Postgres) ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error) {
 	var exists bool
 	if err := tx.QueryRowContext(ctx, scheduleUnfinishedSQL, name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("schedule %q: unfinished runs: %w", name, mapErr(err))
@@ -167,7 +168,7 @@ UPDATE stageq.schedules
 )
 
 // ScheduleFire implements dialect.Scheduler.
-func (p *Postgres) ScheduleFire(ctx context.Context, tx dialect.Querier, fp dialect.ScheduleFireParams) error {
+func (p *Postgres) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.ScheduleFireParams) error {
 	if len(fp.TaskIDs) > 0 {
 		if _, err := tx.ExecContext(ctx, scheduleTagSQL, fp.ScheduleName, fp.ScheduledFor, fp.TaskIDs); err != nil {
 			return fmt.Errorf("schedule %q: tag tasks: %w", fp.ScheduleName, mapErr(err))
@@ -292,7 +293,8 @@ func oneRow(res sql.Result, what string) error {
 
 // ClockNow implements dialect.Scheduler: the transaction's now, the same clock
 // every schedule and lease statement compares with.
-func (p *Postgres) ClockNow(ctx context.Context, q dialect.Querier) (time.Time, error) {
+func (p *Postgres) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
+	q := dialect.On(p.db, tx)
 	var now time.Time
 	if err := q.QueryRowContext(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return now, fmt.Errorf("read the database clock: %w", mapErr(err))

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -13,7 +14,8 @@ import (
 const submitSQL = `SELECT process_id, task_id FROM stageq.submit($1, $2::jsonb)`
 
 // Submit implements dialect.Dialect.
-func (p *Postgres) Submit(ctx context.Context, q dialect.Querier, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
+func (p *Postgres) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
+	q := dialect.On(p.db, tx) // one statement: atomic on the pool too
 	var res dialect.SubmitResult
 	payload, err := dialect.TasksJSON(sp.Tasks)
 	if err != nil {

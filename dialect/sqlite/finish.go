@@ -63,8 +63,8 @@ UPDATE stageq_logs
 )
 
 // TaskFinish implements dialect.Dialect.
-func (s *SQLite) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) error {
-	err := s.inTx(ctx, q, func(q dialect.Querier) error {
+func (s *SQLite) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.FinishParams) error {
+	err := s.inTx(ctx, tx, func(q dialect.Querier) error {
 		processID, err := finishOne(ctx, q, fp)
 		if err != nil {
 			return err

@@ -108,8 +108,8 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
 
 // withProcess runs fn on the named process in a write transaction, then
 // re-derives its stage and run-queue state.
-func (s *SQLite) withProcess(ctx context.Context, q dialect.Querier, name string, fn func(q dialect.Querier, id int64) error) error {
-	return s.withProcessThen(ctx, q, name, fn, nil)
+func (s *SQLite) withProcess(ctx context.Context, tx *sql.Tx, name string, fn func(q dialect.Querier, id int64) error) error {
+	return s.withProcessThen(ctx, tx, name, fn, nil)
 }
 
 // auditProcess writes the Logs rows of an operator action on a process.
@@ -135,8 +135,8 @@ func markCancelled(ctx context.Context, q dialect.Querier, id int64, o dialect.O
 
 // withProcessThen is withProcess with a step after openStage, in the same
 // transaction.
-func (s *SQLite) withProcessThen(ctx context.Context, q dialect.Querier, name string, fn, then func(q dialect.Querier, id int64) error) error {
-	return s.inTx(ctx, q, func(q dialect.Querier) error {
+func (s *SQLite) withProcessThen(ctx context.Context, tx *sql.Tx, name string, fn, then func(q dialect.Querier, id int64) error) error {
+	return s.inTx(ctx, tx, func(q dialect.Querier) error {
 		var id int64
 		err := q.QueryRowContext(ctx, opProcessIDSQL, name).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -159,11 +159,11 @@ func (s *SQLite) withProcessThen(ctx context.Context, q dialect.Querier, name st
 }
 
 // ProcessConfigure implements dialect.Operator.
-func (s *SQLite) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, ps dialect.ProcessSettings) error {
+func (s *SQLite) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, ps dialect.ProcessSettings) error {
 	if err := dialect.ValidateSettings(ps); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
-	return s.withProcess(ctx, q, name, func(q dialect.Querier, id int64) error {
+	return s.withProcess(ctx, tx, name, func(q dialect.Querier, id int64) error {
 		var oldWeight, oldPriority, weight, priority int64
 		if err := q.QueryRowContext(ctx, opReadWeightSQL, id).Scan(&oldWeight, &oldPriority); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, mapErr(err))

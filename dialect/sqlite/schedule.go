@@ -28,7 +28,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING id`
 
 // ScheduleCreate implements dialect.Scheduler.
-func (s *SQLite) ScheduleCreate(ctx context.Context, q dialect.Querier, sp dialect.ScheduleCreateParams) (int64, error) {
+func (s *SQLite) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
+	q := s.on(tx)
 	var id int64
 	err := q.QueryRowContext(ctx, scheduleCreateSQL, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, formatTime(sp.NextRun)).Scan(&id)
@@ -99,7 +100,7 @@ const scheduleLockDueSQL = `SELECT ` + scheduleColumns + `, ` + nowSQL + `
  LIMIT 1`
 
 // ScheduleLockDue implements dialect.Scheduler.
-func (s *SQLite) ScheduleLockDue(ctx context.Context, tx dialect.Querier) (dialect.ScheduleInfo, time.Time, bool, error) {
+func (s *SQLite) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.ScheduleInfo, time.Time, bool, error) {
 	var now string
 	sc, err := scanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockDueSQL).Scan(append(dest, &now)...)
@@ -123,7 +124,7 @@ const scheduleLockSQL = `SELECT ` + scheduleColumns + `, ` + nowSQL + `
   FROM stageq_schedules WHERE name = ?`
 
 // ScheduleLock implements dialect.Scheduler.
-func (s *SQLite) ScheduleLock(ctx context.Context, tx dialect.Querier, name string) (dialect.ScheduleInfo, time.Time, error) {
+func (s *SQLite) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (dialect.ScheduleInfo, time.Time, error) {
 	var now string
 	sc, err := scanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockSQL, name).Scan(append(dest, &now)...)
@@ -145,7 +146,7 @@ func (s *SQLite) ScheduleLock(ctx context.Context, tx dialect.Querier, name stri
 const scheduleUnfinishedSQL = `SELECT EXISTS (SELECT 1 FROM stageq_tasks WHERE schedule_name = ?)`
 
 // ScheduleUnfinished implements dialect.Scheduler.
-func (s *SQLite) ScheduleUnfinished(ctx context.Context, tx dialect.Querier, name string) (bool, error) {
+func (s *SQLite) ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error) {
 	var exists bool
 	if err := tx.QueryRowContext(ctx, scheduleUnfinishedSQL, name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("schedule %q: unfinished runs: %w", name, mapErr(err))
@@ -180,7 +181,7 @@ UPDATE stageq_schedules
 )
 
 // ScheduleFire implements dialect.Scheduler.
-func (s *SQLite) ScheduleFire(ctx context.Context, tx dialect.Querier, fp dialect.ScheduleFireParams) error {
+func (s *SQLite) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.ScheduleFireParams) error {
 	tick := formatTime(fp.ScheduledFor)
 	if len(fp.TaskIDs) > 0 {
 		ids, err := json.Marshal(fp.TaskIDs)
@@ -338,7 +339,8 @@ func isUnique(err error) bool {
 }
 
 // ClockNow implements dialect.Scheduler, in the stored layout's precision.
-func (s *SQLite) ClockNow(ctx context.Context, q dialect.Querier) (time.Time, error) {
+func (s *SQLite) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
+	q := s.on(tx)
 	var now string
 	if err := q.QueryRowContext(ctx, `SELECT `+nowSQL).Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("read the database clock: %w", mapErr(err))

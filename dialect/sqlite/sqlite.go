@@ -135,13 +135,13 @@ func (s *SQLite) Close() error {
 	return errors.Join(s.db.Close(), s.bodies.Close())
 }
 
-// inTx runs fn in q when q is already a transaction, otherwise in a new one.
+// inTx runs fn in the caller's transaction tx, or (tx nil) in a new one.
 // A new transaction reaches fn as a txQuerier, which runs the cached prepared
 // statements (stmt.go); statements it met unprepared are prepared once the
 // transaction has ended and given the connection back.
-func (s *SQLite) inTx(ctx context.Context, q dialect.Querier, fn func(dialect.Querier) error) error {
-	if _, isDB := q.(*sql.DB); !isDB && q != nil {
-		return fn(q)
+func (s *SQLite) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
+	if tx != nil {
+		return fn(tx)
 	}
 	tx, err := s.BeginTx(ctx)
 	if err != nil {

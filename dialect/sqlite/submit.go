@@ -26,12 +26,12 @@ RETURNING id`
 // Submit implements dialect.Dialect. Tasks of the stage that is open after the
 // submission start available and the rest blocked; openStage then blocks again
 // a started stage above a newly arrived lower order.
-func (s *SQLite) Submit(ctx context.Context, q dialect.Querier, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
+func (s *SQLite) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
 	var res dialect.SubmitResult
 	if len(sp.Tasks) == 0 {
 		return res, fmt.Errorf("submit: %w: a submission needs at least one task", dialect.ErrInvalid)
 	}
-	err := s.inTx(ctx, q, func(q dialect.Querier) error {
+	err := s.inTx(ctx, tx, func(q dialect.Querier) error {
 		var cur sql.NullInt64
 		var paused bool
 		var weight, priority int64

@@ -17,8 +17,8 @@ import (
 // task's abandon budget, not its attempts). It does not open the next stage: the caller
 // passes the task's process to StagesAdvance once its transaction committed. In:
 // task id, token, outcome, error text (empty for none), retry delay in ms (0:
-// failed for good), and the @@TRANCOUNT the caller's Querier implies (0 on the
-// pool, 1 in a transaction from BeginTx, -1 unknown). Out: whether the token
+// failed for good), and the @@TRANCOUNT expected (0 on the pool, 1 in the
+// caller's transaction from BeginTx). Out: whether the token
 // still held the task.
 //
 // The @@TRANCOUNT check is the guard for atomic tasks: a body that left a
@@ -50,16 +50,13 @@ SELECT @Held;`
 // TaskFinish implements dialect.Dialect. On the pool it is retried only after
 // errors that guarantee nothing was committed (a retry after a commit whose answer
 // was lost would report ErrLeaseLost for a finish that happened).
-func (d *SQLServer) TaskFinish(ctx context.Context, q dialect.Querier, fp dialect.FinishParams) error {
+func (d *SQLServer) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.FinishParams) error {
 	var retryMs int64
 	if fp.Outcome == dialect.OutcomeFailed && fp.RetryAfter > 0 {
 		retryMs = millis(fp.RetryAfter)
 	}
-	expect := int32(-1)
-	switch q.(type) {
-	case *sql.DB:
-		expect = 0
-	case *sql.Tx:
+	q, expect := dialect.On(d.db, tx), int32(0)
+	if tx != nil {
 		expect = 1
 	}
 	var held bool

@@ -189,13 +189,14 @@ func actor(ctx context.Context) string {
 	return who
 }
 
-// processOp runs processOpSQL. q is the caller's transaction, or nil for the pool.
-func (d *SQLServer) processOp(ctx context.Context, q dialect.Querier, name, op string, s dialect.ProcessSettings) (rows, running int, err error) {
+// processOp runs processOpSQL, in the caller's transaction tx or on the pool.
+func (d *SQLServer) processOp(ctx context.Context, tx *sql.Tx, name, op string, s dialect.ProcessSettings) (rows, running int, err error) {
 	if err := checkLen("process name", name, maxName); err != nil {
 		return 0, 0, err
 	}
 	var found int
 	who, note := actor(ctx), auditNote(op)
+	q := dialect.On(d.db, tx)
 	run := func(ctx context.Context) error {
 		return q.QueryRowContext(ctx, processOpSQL,
 			nvarchar("pName", name),
@@ -205,8 +206,7 @@ func (d *SQLServer) processOp(ctx context.Context, q dialect.Querier, name, op s
 			integer("pMaxParallel", optInt(s.MaxParallel)), bit("pSetMaxParallel", s.MaxParallel != nil),
 			nvarchar("pWho", who), nvarchar("pNote", note)).Scan(&found, &rows, &running)
 	}
-	if q == nil {
-		q = d.db
+	if tx == nil {
 		err = d.retry(ctx, retrySafe, run)
 	} else {
 		err = run(ctx)
@@ -221,14 +221,11 @@ func (d *SQLServer) processOp(ctx context.Context, q dialect.Querier, name, op s
 }
 
 // ProcessConfigure implements dialect.Operator.
-func (d *SQLServer) ProcessConfigure(ctx context.Context, q dialect.Querier, name string, s dialect.ProcessSettings) error {
+func (d *SQLServer) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s dialect.ProcessSettings) error {
 	if err := dialect.ValidateSettings(s); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
-	if _, pool := q.(*sql.DB); pool {
-		q = nil
-	}
-	if _, _, err := d.processOp(ctx, q, name, "configure", s); err != nil {
+	if _, _, err := d.processOp(ctx, tx, name, "configure", s); err != nil {
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return nil

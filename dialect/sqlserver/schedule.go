@@ -37,7 +37,8 @@ OUTPUT inserted.id
 VALUES (@Name, NULLIF(@Cron, N''), NULLIF(@IntervalMs, 0), @Plan, @Missed, @GraceMs, @Singleton, @Paused, @NextRun);`
 
 // ScheduleCreate implements dialect.Scheduler.
-func (d *SQLServer) ScheduleCreate(ctx context.Context, q dialect.Querier, sp dialect.ScheduleCreateParams) (int64, error) {
+func (d *SQLServer) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
+	q := dialect.On(d.db, tx)
 	for _, c := range []struct{ field, v string }{{"schedule name", sp.Name}, {"cron", sp.Cron}} {
 		if err := checkLen(c.field, c.v, maxName); err != nil {
 			return 0, fmt.Errorf("create schedule %q: %w", sp.Name, err)
@@ -60,7 +61,7 @@ func (d *SQLServer) ScheduleCreate(ctx context.Context, q dialect.Querier, sp di
 			datetime2("pNextRun", sp.NextRun)).Scan(&id)
 	}
 	var err error
-	if _, pool := q.(*sql.DB); pool {
+	if tx == nil {
 		err = d.retry(ctx, retrySafe, run)
 	} else {
 		err = run(ctx)
@@ -195,7 +196,7 @@ SELECT TOP (1) s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), 
  ORDER BY s.next_run;`
 
 // ScheduleLockDue implements dialect.Scheduler.
-func (d *SQLServer) ScheduleLockDue(ctx context.Context, tx dialect.Querier) (dialect.ScheduleInfo, time.Time, bool, error) {
+func (d *SQLServer) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.ScheduleInfo, time.Time, bool, error) {
 	var now time.Time
 	s, err := scanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockDueSQL).Scan(append(dest, &now)...)
@@ -221,7 +222,7 @@ SELECT s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), s.[plan]
  WHERE s.name = @Name;`
 
 // ScheduleLock implements dialect.Scheduler.
-func (d *SQLServer) ScheduleLock(ctx context.Context, tx dialect.Querier, name string) (dialect.ScheduleInfo, time.Time, error) {
+func (d *SQLServer) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (dialect.ScheduleInfo, time.Time, error) {
 	var now time.Time
 	if err := checkLen("schedule name", name, maxName); err != nil {
 		return dialect.ScheduleInfo{}, now, fmt.Errorf("lock schedule: %w", err)
@@ -248,7 +249,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK
                           WHERE t.schedule_name = @Name) THEN 1 ELSE 0 END;`
 
 // ScheduleUnfinished implements dialect.Scheduler.
-func (d *SQLServer) ScheduleUnfinished(ctx context.Context, tx dialect.Querier, name string) (bool, error) {
+func (d *SQLServer) ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error) {
 	var exists bool
 	if err := tx.QueryRowContext(ctx, scheduleUnfinishedSQL, nvarchar("pName", name)).Scan(&exists); err != nil {
 		return false, fmt.Errorf("schedule %q: unfinished runs: %w", name, mapErr(err))
@@ -318,7 +319,7 @@ SELECT @Advanced;`
 
 // ScheduleFire implements dialect.Scheduler. It runs in the caller's transaction
 // and is never retried here: on ErrConflict (or any error) the caller rolls back.
-func (d *SQLServer) ScheduleFire(ctx context.Context, tx dialect.Querier, fp dialect.ScheduleFireParams) error {
+func (d *SQLServer) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.ScheduleFireParams) error {
 	ids := fp.TaskIDs
 	if ids == nil {
 		ids = []int64{}
@@ -444,11 +445,12 @@ func scanSchedule(scan func(dest ...any) error) (dialect.ScheduleInfo, error) {
 const clockNowSQL = `SELECT SYSUTCDATETIME();`
 
 // ClockNow implements dialect.Scheduler.
-func (d *SQLServer) ClockNow(ctx context.Context, q dialect.Querier) (time.Time, error) {
+func (d *SQLServer) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
 	var now time.Time
+	q := dialect.On(d.db, tx)
 	run := func(ctx context.Context) error { return q.QueryRowContext(ctx, clockNowSQL).Scan(&now) }
 	var err error
-	if _, pool := q.(*sql.DB); pool {
+	if tx == nil {
 		err = d.retry(ctx, retryAll, run)
 	} else {
 		err = run(ctx)

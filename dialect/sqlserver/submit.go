@@ -33,7 +33,8 @@ EXEC stageq.Submit @Process = @Process, @Tasks = @Tasks, @Priority = @Priority,
 // Submit implements dialect.Dialect. On the pool it is retried only after errors
 // that guarantee nothing was committed; inside the caller's transaction it is
 // never retried (see IsRetryable).
-func (d *SQLServer) Submit(ctx context.Context, q dialect.Querier, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
+func (d *SQLServer) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
+	q := dialect.On(d.db, tx)
 	var res dialect.SubmitResult
 	var set dialect.ProcessSettings
 	if sp.Settings != nil {
@@ -79,7 +80,7 @@ func (d *SQLServer) Submit(ctx context.Context, q dialect.Querier, sp dialect.Su
 		}
 		return rows.Err()
 	}
-	if _, pool := q.(*sql.DB); pool {
+	if tx == nil {
 		err = d.retry(ctx, retrySafe, run)
 	} else {
 		err = run(ctx)

@@ -47,7 +47,7 @@ func TestOperatorActionsAudited(t *testing.T) {
 			if err != nil || len(got) != 1 || got[0].Process != process {
 				t.Fatalf("claim: %+v, %v", got, err)
 			}
-			if err := d.TaskFinish(ctx, d.DB(), dialect.FinishParams{TaskID: got[0].ID, Token: 5, Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
+			if err := d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: 5, Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
 				t.Fatal(err)
 			}
 			return got[0].ID

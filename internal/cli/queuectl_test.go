@@ -115,7 +115,7 @@ func TestQueuectlCommands(t *testing.T) {
 			t.Fatalf("claim: %v, %v", got, err)
 		}
 		running, failed := got[0].ID, got[1].ID
-		if err := d.TaskFinish(ctx, d.DB(), dialect.FinishParams{TaskID: failed, Token: 7, Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
+		if err := d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: failed, Token: 7, Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -183,7 +183,7 @@ func TestQueuectlCommands(t *testing.T) {
 		if err != nil || len(got) != 1 || got[0].ID != failed {
 			t.Fatalf("after resume claimed %v, %v; want task %d", got, err, failed)
 		}
-		if err := d.TaskFinish(ctx, d.DB(), dialect.FinishParams{TaskID: failed, Token: 8, Outcome: dialect.OutcomeFailed, Error: "again"}); err != nil {
+		if err := d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: failed, Token: 8, Outcome: dialect.OutcomeFailed, Error: "again"}); err != nil {
 			t.Fatal(err)
 		}
 		qcExpect(t, dsn, 0, "discarded", "discard", "--process", "etl")
