@@ -1,0 +1,148 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// More forced interleavings (see interleave_test.go): one side holds its
+// transaction open at the point where the two race, and the other runs
+// against it.
+
+// waitingOnLock waits, on PostgreSQL, until a session of the test database
+// waits on a lock (the racing statement has reached the held row); elsewhere
+// it gives the statement a moment to get there.
+func waitingOnLock(t *testing.T, db *testDB) {
+	t.Helper()
+	if db.Dialect != "postgres" {
+		time.Sleep(200 * time.Millisecond)
+		return
+	}
+	waitFor(t, 10*time.Second, "a session to wait on the held lock", func() bool {
+		return db.count(t, `SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+}
+
+// TestClaimSkipsAnOpenSubmission: an application's submission is open (its
+// tasks inserted, not committed) when a worker claims. The claim neither
+// waits for it nor returns its tasks; it takes what is committed, and the
+// submission's tasks once it commits.
+func TestClaimSkipsAnOpenSubmission(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.Dialect == "sqlite" {
+			t.Skip("SQLite has one writer at a time: a claim waits for the open submission by design")
+		}
+		ctx := context.Background()
+		if _, err := db.Client.Submit(ctx, plan("committed", "work", []int{1}, func(int, int) string { return "x" }, 1)); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.D.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := db.Client.SubmitTx(ctx, tx, plan("open", "work", []int{1}, func(int, int) string { return "y" }, 3)); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		got, err := db.D.TaskClaim(cctx, dialect.ClaimParams{WorkerID: "w", Max: 10, Token: 1, Lease: time.Minute})
+		if err != nil {
+			t.Fatalf("claim beside an open submission: %v (it must not wait for it)", err)
+		}
+		if len(got) != 1 || got[0].Process != "committed" {
+			t.Fatalf("claim beside an open submission took %+v; want the one committed task", got)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		got = claimAll(t, db, 2, 3)
+		for _, c := range got {
+			if c.Process != "open" {
+				t.Errorf("after the commit the claim took %+v; want the submission's tasks", c)
+			}
+		}
+	})
+}
+
+// TestFinishAndRescueRace: an attempt's lease has expired, and its worker's
+// completion is in flight (its transaction open) when another worker's rescue
+// pass runs. Whichever commits first decides; the task is never both done and
+// run again. Completion first: the rescue finds nothing to do, and Logs holds
+// one succeeded run. Rescue first: the completion gets ErrLeaseLost and
+// changes nothing, and Logs holds the abandoned run.
+func TestFinishAndRescueRace(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		db.skipOnBabelfish(t, "no claim or rescue there (harness_test.go)")
+		ctx := context.Background()
+		expired := func(process string) dialect.ClaimedTask {
+			t.Helper()
+			if _, err := db.Client.Submit(ctx, plan(process, "work", []int{1}, func(int, int) string { return "x" }, 1)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "late", Max: 1, Token: 7, Lease: 200 * time.Millisecond})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("claim: %+v, %v", got, err)
+			}
+			time.Sleep(400 * time.Millisecond) // the lease runs out
+			return got[0]
+		}
+		outcomes := func(process string) []dialect.Outcome {
+			var out []dialect.Outcome
+			for _, e := range db.logs(t, dialect.LogFilter{Process: process}) {
+				out = append(out, e.Outcome)
+			}
+			return out
+		}
+
+		// Completion first: it holds the task while the rescue runs.
+		first := expired("finish-first")
+		tx, err := db.D.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := db.D.TaskFinish(ctx, tx, dialect.FinishParams{TaskID: first.ID, Token: first.Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
+			t.Fatalf("finish under an expired lease nobody rescued yet: %v", err)
+		}
+		rescued := make(chan int, 1)
+		rescueErr := make(chan error, 1)
+		go func() {
+			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
+			rescued <- n
+			rescueErr <- err
+		}()
+		waitingOnLock(t, db)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := <-rescued, <-rescueErr; err != nil || n != 0 {
+			t.Fatalf("rescue beside the committed completion: %d rescued, %v; want 0", n, err)
+		}
+		if got := outcomes("finish-first"); len(got) != 1 || got[0] != dialect.OutcomeSucceeded {
+			t.Fatalf("Logs of the completed task: %v; want one succeeded run", got)
+		}
+
+		// Rescue first: the late completion changes nothing.
+		second := expired("rescue-first")
+		waitFor(t, 10*time.Second, "the rescue to free the task", func() bool {
+			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
+			if err != nil {
+				t.Fatalf("rescue: %v", err)
+			}
+			return n == 1
+		})
+		err = db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: second.ID, Token: second.Token, Outcome: dialect.OutcomeSucceeded})
+		if !errors.Is(err, dialect.ErrLeaseLost) {
+			t.Fatalf("completion after the rescue: %v; want ErrLeaseLost", err)
+		}
+		if got := outcomes("rescue-first"); len(got) != 1 || got[0] != dialect.OutcomeAbandoned {
+			t.Fatalf("Logs of the rescued task: %v; want one abandoned run", got)
+		}
+	})
+}
