@@ -20,7 +20,7 @@ const rescueBatch = 100
 // later extension lands by then, the database may hand the tasks to others, so
 // the worker stops claiming and cancels its running tasks rather than run them
 // beside a new holder. It claims again once an extension lands.
-func (w *Worker) heartbeatLoop(ctx context.Context) {
+func (w *Worker) heartbeatLoop(ctx context.Context, pass func()) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
 	// The margin leaves room for the cancellation to take effect before expiry.
@@ -85,6 +85,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 					w.log.Info().Msg("database reachable again; claiming resumes")
 				}
 			}
+			pass()
 		}
 	}
 }
@@ -137,7 +138,7 @@ func (w *Worker) beat(ctx context.Context) bool {
 // rescueLoop returns other workers' expired leases to the queue. It runs apart
 // from the heartbeat, with a bounded wait, so a rescue slowed by locks never
 // delays the extension of this worker's own leases.
-func (w *Worker) rescueLoop(ctx context.Context) {
+func (w *Worker) rescueLoop(ctx context.Context, pass func()) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
 	for {
@@ -158,6 +159,7 @@ func (w *Worker) rescueLoop(ctx context.Context) {
 			w.log.Info().Int("tasks", n).Msg("rescued tasks whose lease expired")
 			signal(w.wake)
 		}
+		pass()
 	}
 }
 

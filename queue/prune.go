@@ -67,7 +67,7 @@ func (r Retention) withDefaults() Retention {
 
 // pruneLoop runs a prune pass soon after start, then every Retention.Every,
 // until ctx ends.
-func (w *Worker) pruneLoop(ctx context.Context) {
+func (w *Worker) pruneLoop(ctx context.Context, pass func()) {
 	r := w.cfg.Retention.withDefaults()
 	if r.Off || (r.Logs == 0 && r.Workers == 0 && r.Processes == 0) {
 		return
@@ -97,6 +97,7 @@ func (w *Worker) pruneLoop(ctx context.Context) {
 			log.Info().Int64("logs", st.LogsDeleted).Int64("workers", st.WorkersDeleted).
 				Int64("processes", st.ProcessesDeleted).Msg("pruned old rows")
 		}
+		pass()
 		wait = r.Every + time.Duration(rand.Int64N(int64(r.Every/10)+1))
 	}
 }

@@ -50,7 +50,7 @@ const (
 var errScheduleSkipped = errors.New("schedule set aside")
 
 // schedulerLoop fires due ticks until ctx or stop ends.
-func (w *Worker) schedulerLoop(ctx, stop context.Context) {
+func (w *Worker) schedulerLoop(ctx, stop context.Context, pass func()) {
 	clock := w.cfg.Clock
 	if clock == nil {
 		clock = time.Now
@@ -99,6 +99,7 @@ func (w *Worker) schedulerLoop(ctx, stop context.Context) {
 		// The wake-up is an instant on the worker's own clock, computed from a
 		// duration the database gave: skew cancels out.
 		wake := clock().Add(wait)
+		pass()
 		timer := time.NewTimer(wake.Sub(clock()))
 		select {
 		case <-ctx.Done():

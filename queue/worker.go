@@ -69,6 +69,11 @@ type WorkerConfig struct {
 	Retention Retention
 	// Metrics, when set, records the worker's Prometheus metrics (metrics.go).
 	Metrics *Metrics
+	// OnPass, when set, is called after each round of work of a background
+	// service (ServiceHeartbeat, ServiceRescue, …; service.go): a heartbeat
+	// sent, a rescue pass run. Tests wait on it instead of sleeping. It is
+	// called from the service's goroutine and must not block.
+	OnPass func(service string)
 	// Clock is the worker's clock for the scheduler's sleeps (default time.Now);
 	// tests inject skewed ones. What is due is always the database's decision.
 	Clock func() time.Time
@@ -257,32 +262,26 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelTasks(errShutdown)
 	var tasks sync.WaitGroup
 	w.taskCtx, w.tasks = taskCtx, &tasks
-	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() { defer bg.Done(); w.heartbeatLoop(bgCtx) }()
-	bg.Add(1)
-	go func() { defer bg.Done(); w.rescueLoop(bgCtx) }()
+	// Background services (service.go) outlive ctx: leases are extended, and
+	// others' rescued, until the last task has recorded its end.
+	background := newServices(context.WithoutCancel(ctx), w.cfg.OnPass)
+	list := []service{
+		{ServiceHeartbeat, w.heartbeatLoop},
+		{ServiceRescue, w.rescueLoop},
+		{ServicePrune, w.pruneLoop},
+	}
 	if n, ok := w.d.(dialect.Notifier); ok {
-		if ch, err := n.Listen(bgCtx); err != nil {
+		// Listening before the first claim, so that no notification after it is missed.
+		if ch, err := n.Listen(background.ctx); err != nil {
 			w.log.Warn().Err(err).Msg("notifications unavailable; polling only")
 		} else {
-			bg.Add(1)
-			go func() {
-				defer bg.Done()
-				for range ch {
-					signal(w.wake)
-				}
-			}()
+			list = append(list, service{ServiceListen, func(_ context.Context, pass func()) { w.listenLoop(ch, pass) }})
 		}
 	}
-
-	bg.Add(1) // retention (prune.go)
-	go func() { defer bg.Done(); w.pruneLoop(bgCtx) }()
-	if !w.cfg.NoScheduler { // recurring schedules (scheduler.go)
-		bg.Add(1)
-		go func() { defer bg.Done(); w.schedulerLoop(ctx, bgCtx) }()
+	if !w.cfg.NoScheduler { // the scheduler stops firing as soon as ctx ends
+		list = append(list, service{ServiceScheduler, func(bg context.Context, pass func()) { w.schedulerLoop(ctx, bg, pass) }})
 	}
+	background.start(list)
 
 	var finisher, advancer sync.WaitGroup
 	if sa, ok := w.d.(dialect.StageAdvancer); ok {
@@ -315,8 +314,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		close(w.advances)
 		advancer.Wait()
 	}
-	stopBackground()
-	bg.Wait()
+	background.stop()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if serr := w.d.WorkerStop(stopCtx, w.cfg.ID); serr != nil {
