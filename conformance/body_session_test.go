@@ -127,3 +127,27 @@ func TestBodySessionFence(t *testing.T) {
 		}
 	})
 }
+
+// TestFailedAtomicBodyLeavesNoNamedSession (PostgreSQL): an atomic body names
+// its session after its attempt, and the name stays on the connection. When
+// the body's transaction does not commit, the attempt's end is recorded in
+// another transaction, if at all; should it never be, the rescue would look
+// for the name and end whatever body the connection ran next. So the worker
+// does not keep such a connection: once the failed attempt is recorded, no
+// session bears its name.
+func TestFailedAtomicBodyLeavesNoNamedSession(t *testing.T) {
+	db := newTestDB(t, newPostgresDB(t))
+	ctx := context.Background()
+	atomic := true
+	res, err := db.Client.Enqueue(ctx, "atomic-fail", 1, stages.Task{Body: "SELECT 1/0", Atomic: &atomic, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.TaskIDs[0]
+	startWorkers(t, db, 1, fastConfig(), nil)
+	waitFor(t, 30*time.Second, "the atomic task to fail", func() bool {
+		return len(db.logs(t, dialect.LogFilter{Process: "atomic-fail", Outcome: dialect.OutcomeFailed})) == 1
+	})
+	named := fmt.Sprintf("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'stageq task %d lease %%'", id)
+	waitFor(t, 10*time.Second, "the failed attempt's named session to be closed", func() bool { return db.count(t, named) == 0 })
+}

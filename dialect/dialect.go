@@ -89,7 +89,8 @@ type Dialect interface {
 // arrives (PostgreSQL's LISTEN/NOTIFY). Others are polled.
 type Notifier interface {
 	// Listen delivers a value on the returned channel whenever tasks may have
-	// become available, until ctx ends. Deliveries may be coalesced.
+	// become available, until ctx ends, and then closes it (the worker's
+	// listen service returns when it closes). Deliveries may be coalesced.
 	Listen(ctx context.Context) (<-chan struct{}, error)
 }
 

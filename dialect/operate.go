@@ -136,7 +136,7 @@ const (
 // ValidateSettings names the first bad setting (ErrInvalid).
 func ValidateSettings(s ProcessSettings) error {
 	if err := s.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -150,7 +150,7 @@ const (
 // ValidateLimitKey checks a limit key as a task carries it (ErrInvalid).
 func ValidateLimitKey(key string) error {
 	if err := stages.ValidateLimitKey(key); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

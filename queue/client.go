@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/rs/zerolog"
@@ -105,6 +106,9 @@ func (c *Client) Submit(ctx context.Context, p stages.Plan) (Result, error) {
 // SubmitTx adds a plan inside the caller's own transaction on the queue database,
 // so the tasks exist if and only if the caller's other writes commit.
 func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, p stages.Plan) (Result, error) {
+	if tx == nil {
+		return Result{}, errors.New("submit: SubmitTx needs the caller's transaction; Submit opens one of its own")
+	}
 	if err := p.Validate(); err != nil {
 		return Result{}, err
 	}

@@ -131,6 +131,13 @@ func (w *Worker) execute(ctx context.Context, a attempt) (finished bool, err err
 		defer conn.Close()
 		if t.Atomic {
 			finished, err = w.executeAtomic(ctx, t, conn, text)
+			if !finished {
+				// The session keeps this attempt's name (dialect.BodyStart.Atomic),
+				// and the attempt's end is recorded elsewhere, if at all: should
+				// it never be, the rescue of its lease would look for the name
+				// and find whatever body this connection runs next. Not reused.
+				dialect.DiscardConn(conn)
+			}
 		} else {
 			_, err = conn.ExecContext(ctx, text)
 		}

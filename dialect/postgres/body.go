@@ -22,7 +22,11 @@ const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 
 // stageq.body_tag) and reads whether the attempt still runs. An atomic body's
 // transaction goes on after the body, into the statement that records the
 // attempt's end, whose text carries no mark: by the name, the rescue still
-// finds the session there, and while it sits idle in that transaction.
+// finds the session there, and while it sits idle in that transaction. (The
+// comment of migration 000012, written before, says version-12 workers no longer
+// call it: they do, for atomic bodies.) The name stays on the connection, so the
+// worker does not reuse one whose atomic transaction did not commit
+// (queue/runner.go).
 const bodySessionSQL = `SELECT stageq.body_session($1, $2)`
 
 // bodyMark is the comment a body's text starts with: the attempt's tag
