@@ -152,3 +152,76 @@ func TestFinishAndRescueRace(t *testing.T) {
 		}
 	})
 }
+
+// TestLimitChangeDuringClaim: a limit is lowered (3 to 1) by a transaction
+// still open when a worker claims. The claim neither waits for it nor admits
+// under the old value: on PostgreSQL a limit row another transaction holds
+// counts as full (stageq.limit_admits, SKIP LOCKED), so the claim takes none
+// of its tasks; SQLite has one writer, so there the claim runs after the
+// change commits. Once it has, claims admit one task, not three.
+func TestLimitChangeDuringClaim(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		var lower string
+		switch db.Dialect {
+		case "postgres":
+			lower = `UPDATE stageq.limits SET max_running = 1 WHERE key = 'c-limit'`
+		case "sqlite":
+			lower = `UPDATE stageq_limits SET max_running = 1 WHERE key = 'c-limit'`
+		default:
+			t.Skipf("the test's own statement that holds the limit row is written for PostgreSQL and SQLite")
+		}
+		ctx := context.Background()
+		if err := limOperator(t, db).LimitSet(ctx, "c-limit", 3); err != nil {
+			t.Fatal(err)
+		}
+		p := plan("limited", "work", []int{1}, func(int, int) string { return "x" }, 4)
+		p.Stages[0].Limit = "c-limit"
+		if _, err := db.Client.Submit(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.D.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, lower); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(token int64) (int, error) {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			got, err := db.D.TaskClaim(cctx, dialect.ClaimParams{WorkerID: "w", Max: 10, Token: token, Lease: time.Minute})
+			return len(got), err
+		}
+		if db.Dialect == "postgres" {
+			n, err := claim(1)
+			if err != nil {
+				t.Fatalf("claim while the limit row is held: %v (it must not wait)", err)
+			}
+			if n != 0 {
+				t.Fatalf("claim while the limit is being lowered took %d tasks; want none (the held row counts as full)", n)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			got := make(chan int, 1)
+			go func() { n, _ := claim(1); got <- n }()
+			waitingOnLock(t, db)
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if n := <-got; n != 1 {
+				t.Fatalf("the claim that waited for the change took %d tasks; want 1 (the new limit)", n)
+			}
+		}
+		if db.Dialect == "postgres" {
+			if n, err := claim(2); err != nil || n != 1 {
+				t.Fatalf("claim after the change: %d tasks, %v; want 1 (the new limit)", n, err)
+			}
+		}
+		if n, err := claim(3); err != nil || n != 0 {
+			t.Fatalf("claim with the lowered limit full: %d tasks, %v; want none", n, err)
+		}
+	})
+}
