@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 			break
 		}
 		if !registered(d.name) {
-			r.emit(Result{Dialect: d.name, Scenario: "all", Error: "dialect not registered in this build (queue/dialects.go)"})
+			r.emit(Result{Dialect: d.name, Scenario: "all", Error: "dialect not registered in this build (queue/dialect_<name>.go, build tags stageq_no_<name>)"})
 			continue
 		}
 		t, err := openTarget(ctx, d.name, d.dsn)
