@@ -69,6 +69,9 @@ func Versions(files fs.FS) ([]uint, error) {
 
 // Expected is the newest schema version a dialect's migrations hold.
 func Expected(s dialect.Schema) (uint, error) {
+	if s.Files == nil {
+		return 0, errNoSchema
+	}
 	vs, err := Versions(s.Files)
 	if err != nil {
 		return 0, err
@@ -80,7 +83,10 @@ func Expected(s dialect.Schema) (uint, error) {
 }
 
 func newMigrate(ctx context.Context, t Target) (*migrate.Migrate, error) {
-	s := t.Schema()
+	s, err := schemaOf(t)
+	if err != nil {
+		return nil, err
+	}
 	drv, err := s.Driver(ctx, t.DB())
 	if err != nil {
 		return nil, fmt.Errorf("migrations: open %s driver: %w", t.Name(), err)
@@ -119,7 +125,24 @@ func Up(ctx context.Context, t Target) (uint, error) {
 // Version reads the schema version the database is at; 0 when stageq's schema
 // was never applied.
 func Version(ctx context.Context, t Target) (version uint, dirty bool, err error) {
-	return t.Schema().Version(ctx, t.DB())
+	s, err := schemaOf(t)
+	if err != nil {
+		return 0, false, err
+	}
+	return s.Version(ctx, t.DB())
+}
+
+// errNoSchema: a dialect whose Schema leaves a part out (a dialect written
+// outside this module, say) is refused, not followed into a nil function.
+var errNoSchema = errors.New("migrations: the dialect's Schema lacks its files, driver or version read")
+
+// schemaOf is t's Schema, every part present.
+func schemaOf(t Target) (dialect.Schema, error) {
+	s := t.Schema()
+	if s.Files == nil || s.Driver == nil || s.Version == nil {
+		return s, fmt.Errorf("%s: %w", t.Name(), errNoSchema)
+	}
+	return s, nil
 }
 
 // Check refuses a database whose schema this binary does not know: never migrated,

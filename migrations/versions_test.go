@@ -1,12 +1,17 @@
 package migrations_test
 
 import (
+	"context"
 	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stageq/stageq/dialect"
+	_ "github.com/stageq/stageq/dialect/sqlite" // a real dialect to wrap
 
 	"github.com/stageq/stageq/migrations"
 	"github.com/stageq/stageq/migrations/postgres"
@@ -77,5 +82,35 @@ func TestMigrationsKnowNoDialect(t *testing.T) {
 			strings.HasPrefix(path, "github.com/stageq/stageq/dialect/") {
 			t.Errorf("migrations.go imports %s", path)
 		}
+	}
+}
+
+// withoutSchema is a real dialect whose Schema leaves every part out, as a
+// dialect written outside this module might.
+type withoutSchema struct{ dialect.Dialect }
+
+func (withoutSchema) Schema() dialect.Schema { return dialect.Schema{} }
+
+// TestIncompleteSchemaIsRefused: such a dialect gets an error from every
+// entry point, not a nil-function panic.
+func TestIncompleteSchemaIsRefused(t *testing.T) {
+	ctx := context.Background()
+	d, err := dialect.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	target := withoutSchema{d}
+	if _, err := migrations.Up(ctx, target); err == nil {
+		t.Error("Up with no schema succeeded")
+	}
+	if err := migrations.Check(ctx, target); err == nil {
+		t.Error("Check with no schema succeeded")
+	}
+	if _, _, err := migrations.Version(ctx, target); err == nil {
+		t.Error("Version with no schema succeeded")
+	}
+	if _, err := migrations.Expected(target.Schema()); err == nil {
+		t.Error("Expected with no files succeeded")
 	}
 }
