@@ -95,13 +95,21 @@ func TestBadDSN(t *testing.T) {
 	}
 }
 
-// TestSchemaVersionRefused: a binary refuses a database whose schema version it
-// does not know, and says which it found and which it expects.
+// TestSchemaVersionRefused: a binary refuses a database whose schema is newer
+// than it and no longer serves its version (the floor is above it), and says
+// which it found and which it expects; a newer schema whose floor still admits
+// it (a rolling upgrade's added columns) is served.
 func TestSchemaVersionRefused(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		table := map[string]string{"sqlite": "stageq_schema_migrations", "postgres": "stageq.schema_migrations",
 			"sqlserver": "stageq.schema_migrations"}[db.Dialect]
+		floor := map[string]string{"sqlite": "stageq_schema_floor", "postgres": "stageq.schema_floor",
+			"sqlserver": "stageq.SchemaFloor"}[db.Dialect]
 		db.exec(t, "UPDATE "+table+" SET version = 99")
+		if code, _, stderr := runCLI(t, "enqueue", "", "--dsn", db.DSN, "SELECT 1"); code != 0 {
+			t.Errorf("enqueue on schema 99 whose floor admits this binary: exit %d, stderr %q", code, stderr)
+		}
+		db.exec(t, "UPDATE "+floor+" SET oldest_binary = 99")
 		for _, cmd := range [][]string{{"enqueue", "SELECT 1"}, {"worker"}} {
 			code, _, stderr := runCLI(t, cmd[0], "", append([]string{"--dsn", db.DSN}, cmd[1:]...)...)
 			if code == 0 || !strings.Contains(stderr, "version 99") || !strings.Contains(stderr, "upgrade the binary") {

@@ -13,7 +13,7 @@ import (
 
 // TestBodySessionFence pins what the rescue of a dead worker's SQL body relies
 // on (dialects whose bodies run in a database session of their own): a body,
-// once started, is findable under its attempt (PostgreSQL: stageq.body_backend,
+// once started, is findable under its attempt (PostgreSQL: body_backend in the routines,
 // by the tag its text starts with), and a body whose lease was rescued before it started is not
 // started at all — the interleaving "the lease expires and another worker's
 // rescue frees the task, then the late worker starts the body" is forced here
@@ -47,9 +47,9 @@ func TestBodySessionFence(t *testing.T) {
 			bctx, stopBody := context.WithCancel(ctx)
 			ran := make(chan error, 1)
 			go func() { _, err := conn.ExecContext(bctx, text); ran <- err }()
-			find := fmt.Sprintf("SELECT count(*) FROM stageq.body_backend(%d, 11) b WHERE b IS NOT NULL", id)
+			find := fmt.Sprintf("SELECT count(*) FROM %s(%d, 11) b WHERE b IS NOT NULL", db.routine("body_backend"), id)
 			waitFor(t, 10*time.Second, "the rescue's look-up to find the running body", func() bool { return db.count(t, find) == 1 })
-			if n := db.count(t, fmt.Sprintf("SELECT count(*) FROM stageq.body_backend(%d, 1) b WHERE b IS NOT NULL", id)); n != 0 {
+			if n := db.count(t, fmt.Sprintf("SELECT count(*) FROM %s(%d, 1) b WHERE b IS NOT NULL", db.routine("body_backend"), id)); n != 0 {
 				t.Errorf("the body was found under lease 1 (a prefix of its tag's token 11)")
 			}
 			stopBody() // the server cancels the statement a moment later
@@ -103,7 +103,7 @@ func TestBodySessionFence(t *testing.T) {
 			if _, err := tx.ExecContext(ctx, "SELECT 2"); err != nil {
 				t.Fatal(err)
 			}
-			if n := db.count(t, fmt.Sprintf("SELECT count(*) FROM stageq.body_backend(%d, 12) b WHERE b IS NOT NULL", id)); n != 1 {
+			if n := db.count(t, fmt.Sprintf("SELECT count(*) FROM %s(%d, 12) b WHERE b IS NOT NULL", db.routine("body_backend"), id)); n != 1 {
 				t.Errorf("an atomic body's session idle in its transaction was not found")
 			}
 			tx.Rollback()

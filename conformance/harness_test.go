@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -290,6 +291,16 @@ func (db *testDB) endlessSQL() string {
 	return db.sleepSQL(3600)
 }
 
+// routine names one of the dialect's routines (PostgreSQL's functions, SQL
+// Server's procedures) in the schema of the version this binary calls.
+func (db *testDB) routine(name string) string {
+	r := db.D.Schema().Routines
+	if r == nil {
+		panic(db.Dialect + " keeps no routines")
+	}
+	return r.Namespace() + "." + name
+}
+
 // table names one of stageq's tables in the dialect's own spelling.
 func (db *testDB) table(name string) string {
 	if db.Dialect == "sqlite" {
@@ -338,13 +349,14 @@ type workerPool struct {
 }
 
 // startWorkers starts n in-process workers; setup registers handlers on each.
+// Their ids start with cfg.ID when set, else with the test's name.
 func startWorkers(t *testing.T, db *testDB, n int, cfg queue.WorkerConfig, setup func(*queue.Worker)) *workerPool {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &workerPool{cancel: cancel, errs: make(chan error, n)}
 	for i := range n {
 		c := cfg
-		c.ID = fmt.Sprintf("%s-w%d-%04x", t.Name(), i, rand.IntN(1<<16))
+		c.ID = fmt.Sprintf("%s-w%d-%04x", cmp.Or(cfg.ID, t.Name()), i, rand.IntN(1<<16))
 		w, err := queue.NewWorker(db.Client, c)
 		if err != nil {
 			t.Fatalf("new worker: %v", err)

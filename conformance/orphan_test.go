@@ -45,7 +45,7 @@ func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 	}
 
 	// The sampler: the bodies PostgreSQL is running, by task (each body's text
-	// starts with its attempt's tag, stageq.body_tag, in a comment).
+	// starts with its attempt's tag, the routines' body_tag, in a comment).
 	var mu sync.Mutex
 	maxBodies, maxPerTask, samples := 0, 0, 0
 	stop := make(chan struct{})
@@ -125,7 +125,7 @@ func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 	if sig == syscall.SIGSTOP {
 		// Its sessions are alive but idle or gone: none of its bodies runs.
 		left := db.count(t, `SELECT count(*) FROM pg_stat_activity a
-  JOIN stageq.logs l ON starts_with(a.query, '/* ' || stageq.body_tag(l.task_id, l.lease_token) || ' */')
+  JOIN stageq.logs l ON starts_with(a.query, '/* ' || `+db.routine("body_tag")+`(l.task_id, l.lease_token) || ' */')
  WHERE l.outcome = 'abandoned' AND a.state = 'active'`)
 		if left != 0 {
 			t.Errorf("%d of the stopped worker's bodies still run", left)

@@ -4,7 +4,9 @@
 // folder, one package per dialect (migrations/postgres, …), embedded by that
 // dialect, numbered alike in every dialect. A binary knows the newest version
 // its dialect embeds (Expected) and refuses to run on a database whose schema
-// is older, newer or dirty: see Check.
+// is older or dirty, or newer with a floor above it (dialect.Schema.Floor): see
+// Check. The routines a dialect keeps in the database are versioned apart
+// (package routines); Up installs them and Check requires them.
 package migrations
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/routines"
 )
 
 // Target is a database to migrate: a dialect.Dialect is one.
@@ -102,9 +105,41 @@ func newMigrate(ctx context.Context, t Target) (*migrate.Migrate, error) {
 	return m, nil
 }
 
-// Up applies every migration the database lacks. Already being current is success.
-// It returns the version the database is at afterwards.
+// Up applies every migration the database lacks, then installs the
+// binary's routines (routines.Install) when its dialect keeps any. Already
+// being current is success. A database newer than the binary is left alone
+// when its floor still admits the binary (a rolling upgrade's older workers
+// restarting with --migrate), and refused otherwise (ErrNewer). It returns the
+// version the database is at afterwards.
 func Up(ctx context.Context, t Target) (uint, error) {
+	s, err := schemaOf(t)
+	if err != nil {
+		return 0, err
+	}
+	want, err := Expected(s)
+	if err != nil {
+		return 0, err
+	}
+	got, dirty, err := s.Version(ctx, t.DB())
+	if err != nil {
+		return 0, err
+	}
+	if dirty || got <= want {
+		if got, err = upTables(ctx, t); err != nil {
+			return got, err
+		}
+	} else if err := admits(ctx, t, s, got, want); err != nil {
+		return got, err
+	}
+	if s.Routines != nil {
+		if err := routines.Install(ctx, t.DB(), *s.Routines); err != nil {
+			return got, err
+		}
+	}
+	return got, nil
+}
+
+func upTables(ctx context.Context, t Target) (uint, error) {
 	m, err := newMigrate(ctx, t)
 	if err != nil {
 		return 0, err
@@ -122,6 +157,20 @@ func Up(ctx context.Context, t Target) (uint, error) {
 	return v, nil
 }
 
+// admits says whether a database at version got, newer than the binary's
+// want, still serves the binary: its floor is at or below want.
+func admits(ctx context.Context, t Target, s dialect.Schema, got, want uint) error {
+	floor, err := s.Floor(ctx, t.DB())
+	if err != nil {
+		return err
+	}
+	if floor == 0 || floor > want {
+		return fmt.Errorf("%w: version %d, which serves binaries of version %d and later, and this binary knows up to %d: upgrade the binary",
+			ErrNewer, got, max(floor, got), want)
+	}
+	return nil
+}
+
 // Version reads the schema version the database is at; 0 when stageq's schema
 // was never applied.
 func Version(ctx context.Context, t Target) (version uint, dirty bool, err error) {
@@ -134,25 +183,31 @@ func Version(ctx context.Context, t Target) (version uint, dirty bool, err error
 
 // errNoSchema: a dialect whose Schema leaves a part out (a dialect written
 // outside this module, say) is refused, not followed into a nil function.
-var errNoSchema = errors.New("migrations: the dialect's Schema lacks its files, driver or version read")
+var errNoSchema = errors.New("migrations: the dialect's Schema lacks its files, driver, version or floor read")
 
 // schemaOf is t's Schema, every part present.
 func schemaOf(t Target) (dialect.Schema, error) {
 	s := t.Schema()
-	if s.Files == nil || s.Driver == nil || s.Version == nil {
+	if s.Files == nil || s.Driver == nil || s.Version == nil || s.Floor == nil {
 		return s, fmt.Errorf("%s: %w", t.Name(), errNoSchema)
 	}
 	return s, nil
 }
 
-// Check refuses a database whose schema this binary does not know: never migrated,
-// older, newer, or dirty. The error says what was found and what is expected.
+// Check refuses a database whose schema this binary cannot run on: never
+// migrated, older, dirty, newer with a floor above the binary's version, or
+// without the binary's routines. The error says what was found and what is
+// expected.
 func Check(ctx context.Context, t Target) error {
-	want, err := Expected(t.Schema())
+	s, err := schemaOf(t)
 	if err != nil {
 		return err
 	}
-	got, dirty, err := Version(ctx, t)
+	want, err := Expected(s)
+	if err != nil {
+		return err
+	}
+	got, dirty, err := s.Version(ctx, t.DB())
 	if err != nil {
 		return err
 	}
@@ -164,7 +219,14 @@ func Check(ctx context.Context, t Target) error {
 	case got < want:
 		return fmt.Errorf("%w: the database's schema is version %d; this binary expects %d: run `queuectl migrate up` or `worker --migrate`", ErrSchemaMismatch, got, want)
 	case got > want:
-		return fmt.Errorf("%w: version %d, and this binary knows up to %d: upgrade the binary", ErrNewer, got, want)
+		if err := admits(ctx, t, s, got, want); err != nil {
+			return err
+		}
+	}
+	if s.Routines != nil {
+		if err := routines.Check(ctx, t.DB(), *s.Routines); err != nil {
+			return fmt.Errorf("%w: %w", ErrSchemaMismatch, err)
+		}
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 
 // call it: they do, for atomic bodies.) The name stays on the connection, so the
 // worker does not reuse one whose atomic transaction did not commit
 // (queue/runner.go).
-const bodySessionSQL = `SELECT stageq.body_session($1, $2)`
+const bodySessionSQL = `SELECT stageq_routines.body_session($1, $2)`
 
 // bodyMark is the comment a body's text starts with: the attempt's tag
 // (stageq.body_tag: its task and lease token, which no other attempt shares),
@@ -51,7 +51,7 @@ func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn
 	check := bodyRunningSQL
 	switch {
 	case s.Atomic:
-		check = bodySessionSQL
+		check = p.calls.SQL(bodySessionSQL)
 	case s.LeaseHeld != nil && s.LeaseHeld():
 		// Judged now that the connection is in hand: taking it may have meant
 		// opening a new one.

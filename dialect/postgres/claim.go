@@ -21,7 +21,7 @@ import (
 // process created meanwhile (migration 7 says how that lost tasks).
 const claimSQL = `
 WITH claimed AS (
-    SELECT * FROM stageq.claim($1, $2, $3, $4, $5)
+    SELECT * FROM stageq_routines.claim($1, $2, $3, $4, $5)
 ), logged AS (
     INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body,
                              worker_id, attempt, lease_token, schedule_name, scheduled_for)
@@ -33,7 +33,7 @@ SELECT id, process_id, process_name, execution_order, kind, body, attempt, max_a
 
 // TaskClaim implements dialect.Dialect.
 func (p *Postgres) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
-	rows, err := p.db.QueryContext(ctx, claimSQL, cp.Max, cp.WorkerID, cp.Token, cp.Lease.Milliseconds(), kindsArray(cp.Kinds))
+	rows, err := p.db.QueryContext(ctx, p.calls.SQL(claimSQL), cp.Max, cp.WorkerID, cp.Token, cp.Lease.Milliseconds(), kindsArray(cp.Kinds))
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", mapErr(err))
 	}

@@ -13,7 +13,7 @@ import (
 // the process row. In: task id, token, outcome, error text, retry delay in ms
 // (NULL: failed for good). Out: whether the token still held the task. The
 // caller advances the process's stage once its transaction committed.
-const finishSQL = `SELECT stageq.finish($1, $2, $3, $4, $5)`
+const finishSQL = `SELECT stageq_routines.finish($1, $2, $3, $4, $5)`
 
 // TaskFinish implements dialect.Dialect.
 func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.FinishParams) error {
@@ -27,7 +27,7 @@ func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finish
 		errText = sql.NullString{String: fp.Error, Valid: true}
 	}
 	var held bool
-	if err := q.QueryRowContext(ctx, finishSQL, fp.TaskID, fp.Token, string(fp.Outcome), errText, retry).Scan(&held); err != nil {
+	if err := q.QueryRowContext(ctx, p.calls.SQL(finishSQL), fp.TaskID, fp.Token, string(fp.Outcome), errText, retry).Scan(&held); err != nil {
 		return fmt.Errorf("finish task %d: %w", fp.TaskID, mapErr(err))
 	}
 	if !held {
@@ -41,7 +41,7 @@ func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finish
 // delays in ms (0: failed for good). Out: a row (id, NULL) per attempt whose
 // token still held, and a row (NULL, process id) per process whose stage the
 // batch may have ended.
-const finishManySQL = `SELECT task_id, advance_process_id FROM stageq.finish_many($1, $2, $3, $4, $5)`
+const finishManySQL = `SELECT task_id, advance_process_id FROM stageq_routines.finish_many($1, $2, $3, $4, $5)`
 
 // TaskFinishMany implements dialect.BatchFinisher.
 func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
@@ -57,7 +57,7 @@ func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams
 			retries[i] = max(fp.RetryAfter.Milliseconds(), 1)
 		}
 	}
-	rows, err := p.db.QueryContext(ctx, finishManySQL, ids, tokens, outcomes, errs, retries)
+	rows, err := p.db.QueryContext(ctx, p.calls.SQL(finishManySQL), ids, tokens, outcomes, errs, retries)
 	if err != nil {
 		return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
 	}
@@ -87,14 +87,14 @@ func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams
 
 // advanceSQL calls stageq.advance: in, process ids whose stage may have ended;
 // out, those whose row another transaction holds (not advanced yet).
-const advanceSQL = `SELECT id FROM stageq.advance($1) AS a(id)`
+const advanceSQL = `SELECT id FROM stageq_routines.advance($1) AS a(id)`
 
 // StagesAdvance implements dialect.StageAdvancer.
 func (p *Postgres) StagesAdvance(ctx context.Context, processIDs []int64) ([]int64, error) {
 	if len(processIDs) == 0 {
 		return nil, nil
 	}
-	rows, err := p.db.QueryContext(ctx, advanceSQL, processIDs)
+	rows, err := p.db.QueryContext(ctx, p.calls.SQL(advanceSQL), processIDs)
 	if err != nil {
 		return processIDs, fmt.Errorf("advance stages of %d processes: %w", len(processIDs), mapErr(err))
 	}

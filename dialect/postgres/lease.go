@@ -41,12 +41,12 @@ func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams
 
 // rescueSQL calls stageq.rescue (migrations/postgres). In: rows per pass. Out:
 // how many tasks it returned to the queue or failed.
-const rescueSQL = `SELECT stageq.rescue($1)`
+const rescueSQL = `SELECT stageq_routines.rescue($1)`
 
 // TaskRescueExpired implements dialect.Dialect.
 func (p *Postgres) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams) (int, error) {
 	var n int
-	if err := p.db.QueryRowContext(ctx, rescueSQL, rp.Max).Scan(&n); err != nil {
+	if err := p.db.QueryRowContext(ctx, p.calls.SQL(rescueSQL), rp.Max).Scan(&n); err != nil {
 		return 0, fmt.Errorf("rescue expired leases: %w", mapErr(err))
 	}
 	return n, nil

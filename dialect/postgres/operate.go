@@ -37,12 +37,12 @@ func (p *Postgres) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier
 const (
 	lockProcessSQL     = `SELECT id FROM stageq.processes WHERE name = $1 FOR UPDATE`
 	lockProcessByIDSQL = `SELECT id FROM stageq.processes WHERE id = $1 FOR UPDATE`
-	openStageSQL       = `SELECT stageq.open_stage($1)`
+	openStageSQL       = `SELECT stageq_routines.open_stage($1)`
 
 	// In: id, priority, weight, max_parallel (NULL: unchanged; 0: no cap);
 	// stageq.configure also passes a new priority or weight on to the tasks
 	// already waiting.
-	configureSQL = `SELECT stageq.configure($1, $2, $3, $4)`
+	configureSQL = `SELECT stageq_routines.configure($1, $2, $3, $4)`
 
 	pauseSQL = `UPDATE stageq.processes SET paused = $2, updated_at = now() WHERE id = $1`
 
@@ -139,7 +139,7 @@ func (p *Postgres) withProcessThen(ctx context.Context, tx *sql.Tx, name string,
 		if err := fn(q, id); err != nil {
 			return err
 		}
-		if _, err := q.ExecContext(ctx, openStageSQL, id); err != nil {
+		if _, err := q.ExecContext(ctx, p.calls.SQL(openStageSQL), id); err != nil {
 			return fmt.Errorf("process %q: open stage: %w", name, mapErr(err))
 		}
 		if then != nil {
@@ -155,7 +155,7 @@ func (p *Postgres) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string
 		return fmt.Errorf("configure process %q: %w", name, err)
 	}
 	return p.withProcess(ctx, tx, name, func(q dialect.Querier, id int64) error {
-		if _, err := q.ExecContext(ctx, configureSQL, id, dialect.NullInt(s.Priority), dialect.NullInt(s.Weight), dialect.NullInt(s.MaxParallel)); err != nil {
+		if _, err := q.ExecContext(ctx, p.calls.SQL(configureSQL), id, dialect.NullInt(s.Priority), dialect.NullInt(s.Weight), dialect.NullInt(s.MaxParallel)); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, mapErr(err))
 		}
 		return nil
@@ -261,7 +261,7 @@ func (p *Postgres) withTask(ctx context.Context, id int64, allow func(state, wor
 		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
 			return fmt.Errorf("task %d: %w", id, mapErr(err))
 		}
-		if _, err := q.ExecContext(ctx, openStageSQL, pid); err != nil {
+		if _, err := q.ExecContext(ctx, p.calls.SQL(openStageSQL), pid); err != nil {
 			return fmt.Errorf("task %d: open stage: %w", id, mapErr(err))
 		}
 		if err := markCancelled(ctx, q, pid, o); err != nil {

@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -38,6 +39,11 @@ type Postgres struct {
 	// renames it first.
 	bodies *sql.DB
 	dsn    string
+	// calls are the statements that call the routines, rendered for the
+	// version this binary was built with (or OpenRoutines's).
+	calls *dialect.RoutineCalls
+	// migrations replaces the embedded migrations (OpenRelease) when not nil.
+	migrations fs.FS
 }
 
 // Open connects to the DSN (postgres://user@host:port/db?sslmode=disable) and
@@ -53,7 +59,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	return &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn}, nil
+	return &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn, calls: newCalls(Routines())}, nil
 }
 
 // openPool opens a connection pool on cfg; connections are made on first use.

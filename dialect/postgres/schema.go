@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -19,7 +20,26 @@ const migrationsTable = `"stageq"."schema_migrations"`
 
 // Schema implements dialect.Dialect.
 func (p *Postgres) Schema() dialect.Schema {
-	return dialect.Schema{Files: schema.Files, Driver: migrationDriver, Version: schemaVersion}
+	r := Routines()
+	if p.calls != nil {
+		r = p.calls.Routines()
+	}
+	var files fs.FS = schema.Files
+	if p.migrations != nil {
+		files = p.migrations
+	}
+	return dialect.Schema{Files: files, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
+}
+
+func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('stageq.schema_floor') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("read schema floor: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	return dialect.ReadFloor(db.QueryRowContext(ctx, `SELECT oldest_binary FROM stageq.schema_floor`))
 }
 
 func migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {

@@ -11,7 +11,7 @@ import (
 // submitSQL calls stageq.submit (migrations/postgres/000001_core.up.sql), which
 // validates the batch, creates and locks the process, inserts the tasks and opens
 // the right stage. In: process name, JSON array of tasks. Out: one row per task.
-const submitSQL = `SELECT process_id, task_id FROM stageq.submit($1, $2::jsonb)`
+const submitSQL = `SELECT process_id, task_id FROM stageq_routines.submit($1, $2::jsonb)`
 
 // Submit implements dialect.Dialect.
 func (p *Postgres) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
@@ -21,7 +21,7 @@ func (p *Postgres) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitPara
 	if err != nil {
 		return res, fmt.Errorf("submit: encode tasks: %w", err)
 	}
-	rows, err := q.QueryContext(ctx, submitSQL, sp.Process, string(payload))
+	rows, err := q.QueryContext(ctx, p.calls.SQL(submitSQL), sp.Process, string(payload))
 	if err != nil {
 		return res, fmt.Errorf("submit: %w", mapErr(err))
 	}

@@ -8,14 +8,16 @@ import (
 )
 
 const workerRegisterSQL = `
-INSERT INTO stageq.workers (id, hostname, pid, concurrency, version, kinds)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO stageq.workers (id, hostname, pid, concurrency, version, kinds, routines)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (id) DO UPDATE
-   SET heartbeat_at = now(), stopped_at = NULL, concurrency = EXCLUDED.concurrency, kinds = EXCLUDED.kinds`
+   SET heartbeat_at = now(), stopped_at = NULL, concurrency = EXCLUDED.concurrency, kinds = EXCLUDED.kinds,
+       routines = EXCLUDED.routines`
 
-// WorkerRegister implements dialect.Dialect.
+// WorkerRegister implements dialect.Dialect. The row records the routine
+// version the worker calls, which `queuectl migrate prune-routines` keeps.
 func (p *Postgres) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {
-	if _, err := p.db.ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version, dialect.KindsJSON(w.Kinds)); err != nil {
+	if _, err := p.db.ExecContext(ctx, workerRegisterSQL, w.ID, w.Hostname, w.PID, w.Concurrency, w.Version, dialect.KindsJSON(w.Kinds), p.calls.Routines().Version); err != nil {
 		return fmt.Errorf("register worker: %w", mapErr(err))
 	}
 	return nil

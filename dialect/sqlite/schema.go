@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	sqlitemigrate "github.com/golang-migrate/migrate/v4/database/sqlite"
@@ -18,7 +19,22 @@ const migrationsTable = "stageq_schema_migrations"
 
 // Schema implements dialect.Dialect.
 func (s *SQLite) Schema() dialect.Schema {
-	return dialect.Schema{Files: schema.Files, Driver: migrationDriver, Version: schemaVersion}
+	var files fs.FS = schema.Files
+	if s.migrations != nil {
+		files = s.migrations
+	}
+	return dialect.Schema{Files: files, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor}
+}
+
+func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'stageq_schema_floor'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read schema floor: %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return dialect.ReadFloor(db.QueryRowContext(ctx, `SELECT oldest_binary FROM stageq_schema_floor`))
 }
 
 func migrationDriver(_ context.Context, db *sql.DB) (database.Driver, error) {
@@ -34,4 +50,15 @@ func schemaVersion(ctx context.Context, db *sql.DB) (uint, bool, error) {
 		return 0, false, nil
 	}
 	return dialect.ScanSchemaVersion(db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrationsTable+` LIMIT 1`))
+}
+
+// OpenRelease is Open for a binary of another release: its migrations in
+// place of the embedded ones (see dialect.Release; SQLite keeps no routines).
+func OpenRelease(ctx context.Context, dsn string, rel dialect.Release) (dialect.Dialect, error) {
+	d, err := Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	d.(*SQLite).migrations = rel.Migrations
+	return d, nil
 }

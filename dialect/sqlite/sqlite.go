@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ type SQLite struct {
 	db     *sql.DB // the queue's own statements: one connection (see Open)
 	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
 	path   string
+	// migrations replaces the embedded migrations (OpenRelease) when not nil.
+	migrations fs.FS
 
 	// stmts maps the text of each queue statement to its statement prepared
 	// once on db (stmt.go): modernc.org/sqlite otherwise parses and plans the

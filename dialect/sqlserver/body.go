@@ -22,7 +22,7 @@ const bodySessionSQL = `
 DECLARE @TaskId bigint = @pTaskId,
         @Token bigint = @pToken,
         @Running bit = 0;
-EXEC stageq.BodySession @TaskId = @TaskId, @Token = @Token, @Running = @Running OUTPUT;
+EXEC stageq_routines.BodySession @TaskId = @TaskId, @Token = @Token, @Running = @Running OUTPUT;
 SELECT @Running;`
 
 // BodyConn implements dialect.BodySessioner: it takes a connection of the pool
@@ -38,7 +38,7 @@ func (d *SQLServer) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Con
 		return nil, "", fmt.Errorf("body connection: %w", err)
 	}
 	var running bool
-	if err := conn.QueryRowContext(ctx, bodySessionSQL,
+	if err := conn.QueryRowContext(ctx, d.calls.SQL(bodySessionSQL),
 		bigint("pTaskId", a.ID),
 		bigint("pToken", a.Token)).Scan(&running); err != nil {
 		if dialect.ConnLost(err) {

@@ -30,7 +30,7 @@ DECLARE @Max int = @pMax,
         @LeaseMs int = @pLeaseMs,
         @Kinds nvarchar(max) = @pKinds;
 IF @Kinds = N'' SET @Kinds = NULL;
-EXEC stageq.Claim @Max = @Max, @WorkerId = @WorkerId, @Token = @Token, @LeaseMs = @LeaseMs, @Kinds = @Kinds;`
+EXEC stageq_routines.Claim @Max = @Max, @WorkerId = @WorkerId, @Token = @Token, @LeaseMs = @LeaseMs, @Kinds = @Kinds;`
 
 // maxClaim bounds one claim. A claimed task costs about four row locks in the
 // claim's UPDATE (its clustered row and three index keys) and four in the Logs
@@ -55,7 +55,7 @@ func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]di
 	var out []dialect.ClaimedTask
 	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
 		out = nil
-		rows, err := d.db.QueryContext(ctx, claimSQL,
+		rows, err := d.db.QueryContext(ctx, d.calls.SQL(claimSQL),
 			integer("pMax", int32(min(cp.Max, maxClaim))),
 			nvarchar("pWorkerId", cp.WorkerID),
 			bigint("pToken", cp.Token),

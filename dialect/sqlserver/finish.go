@@ -43,7 +43,7 @@ BEGIN
 END;
 IF LEN(@Error) = 0 SET @Error = NULL;
 IF @RetryMs <= 0 SET @RetryMs = NULL;
-EXEC stageq.Finish @TaskId = @TaskId, @Token = @Token, @Outcome = @Outcome, @Error = @Error,
+EXEC stageq_routines.Finish @TaskId = @TaskId, @Token = @Token, @Outcome = @Outcome, @Error = @Error,
      @RetryMs = @RetryMs, @Held = @Held OUTPUT;
 SELECT @Held;`
 
@@ -61,7 +61,7 @@ func (d *SQLServer) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finis
 	}
 	var held bool
 	run := func(ctx context.Context) error {
-		return q.QueryRowContext(ctx, finishSQL,
+		return q.QueryRowContext(ctx, d.calls.SQL(finishSQL),
 			bigint("pTaskId", fp.TaskID),
 			bigint("pToken", fp.Token),
 			nvarchar("pOutcome", string(fp.Outcome)),
@@ -143,7 +143,7 @@ const finishManySQL = `
 SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @Results nvarchar(max) = @pResults;
-EXEC stageq.FinishMany @Results = @Results;`
+EXEC stageq_routines.FinishMany @Results = @Results;`
 
 // maxFinishChunk bounds the results of one FinishMany call: each succeeded task
 // costs about four row locks (its clustered row and three index keys) in the
@@ -184,7 +184,7 @@ func (d *SQLServer) TaskFinishMany(ctx context.Context, ps []dialect.FinishParam
 		var ids, pids []int64
 		err = d.retry(ctx, retrySafe, func(ctx context.Context) error {
 			ids, pids = nil, nil
-			rows, err := d.db.QueryContext(ctx, finishManySQL, nvarchar("pResults", string(body)))
+			rows, err := d.db.QueryContext(ctx, d.calls.SQL(finishManySQL), nvarchar("pResults", string(body)))
 			if err != nil {
 				return err
 			}
@@ -230,7 +230,7 @@ const advanceSQL = `
 SET NOCOUNT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 DECLARE @Ids nvarchar(max) = @pIds;
-EXEC stageq.Advance @Ids = @Ids;`
+EXEC stageq_routines.Advance @Ids = @Ids;`
 
 // maxAdvanceChunk bounds the ids of one Advance call, so one call stays short.
 const maxAdvanceChunk = 500
@@ -248,7 +248,7 @@ func (d *SQLServer) StagesAdvance(ctx context.Context, processIDs []int64) ([]in
 		var got []int64
 		err = d.retry(ctx, retryAll, func(ctx context.Context) error {
 			got = nil
-			rows, err := d.db.QueryContext(ctx, advanceSQL, nvarchar("pIds", string(body)))
+			rows, err := d.db.QueryContext(ctx, d.calls.SQL(advanceSQL), nvarchar("pIds", string(body)))
 			if err != nil {
 				return err
 			}

@@ -85,7 +85,7 @@ const rescueSQL = `
 SET NOCOUNT ON;
 DECLARE @Max int = @pMax,
         @Rescued int = 0;
-EXEC stageq.Rescue @Max = @Max, @Rescued = @Rescued OUTPUT;
+EXEC stageq_routines.Rescue @Max = @Max, @Rescued = @Rescued OUTPUT;
 SELECT @Rescued;`
 
 // TaskRescueExpired implements dialect.Dialect. Each task is re-checked under its
@@ -97,7 +97,7 @@ func (d *SQLServer) TaskRescueExpired(ctx context.Context, rp dialect.RescuePara
 	}
 	var rescued int
 	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, rescueSQL, integer("pMax", int32(min(n, 1000)))).Scan(&rescued)
+		return d.db.QueryRowContext(ctx, d.calls.SQL(rescueSQL), integer("pMax", int32(min(n, 1000)))).Scan(&rescued)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("rescue expired leases: %w", mapErr(err))

@@ -74,7 +74,7 @@ BEGIN
         IF @SetPriority = 0 SET @Priority = NULL;
         IF @SetWeight = 0 SET @Weight = NULL;
         IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
-        EXEC stageq.Configure @ProcessId = @Pid, @Priority = @Priority, @Weight = @Weight,
+        EXEC stageq_routines.Configure @ProcessId = @Pid, @Priority = @Priority, @Weight = @Weight,
              @MaxParallel = @MaxParallel;
         SET @Rows = 1;
     END
@@ -148,7 +148,7 @@ BEGIN
        SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
                             WHERE f.process_id = @Pid AND f.state = 'failed')
      WHERE id = @Pid;
-    EXEC stageq.OpenStage @ProcessId = @Pid, @EndState = @EndState;
+    EXEC stageq_routines.OpenStage @ProcessId = @Pid, @EndState = @EndState;
 END;
 COMMIT TRANSACTION;
 SELECT CASE WHEN @Pid IS NULL THEN 0 ELSE 1 END, @Rows, @Running;`
@@ -198,7 +198,7 @@ func (d *SQLServer) processOp(ctx context.Context, tx *sql.Tx, name, op string, 
 	who, note := actor(ctx), auditNote(op)
 	q := dialect.On(d.db, tx)
 	run := func(ctx context.Context) error {
-		return q.QueryRowContext(ctx, processOpSQL,
+		return q.QueryRowContext(ctx, d.calls.SQL(processOpSQL),
 			nvarchar("pName", name),
 			nvarchar("pOp", op),
 			integer("pPriority", optInt(s.Priority)), bit("pSetPriority", s.Priority != nil),
@@ -350,7 +350,7 @@ BEGIN
            SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
                                 WHERE f.process_id = @Pid AND f.state = 'failed')
          WHERE id = @Pid;
-        EXEC stageq.OpenStage @ProcessId = @Pid, @EndState = @EndState;
+        EXEC stageq_routines.OpenStage @ProcessId = @Pid, @EndState = @EndState;
     END;
     COMMIT TRANSACTION;
 END;
@@ -361,7 +361,7 @@ func (d *SQLServer) taskOp(ctx context.Context, id int64, op string, allow func(
 	var state, worker string
 	who, note := actor(ctx), auditNote(op)
 	err := d.retry(ctx, retrySafe, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, taskOpSQL, bigint("pTaskId", id), nvarchar("pOp", op),
+		return d.db.QueryRowContext(ctx, d.calls.SQL(taskOpSQL), bigint("pTaskId", id), nvarchar("pOp", op),
 			nvarchar("pWho", who), nvarchar("pNote", note)).Scan(&found, &state, &worker, &rows)
 	})
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	sqlservermigrate "github.com/golang-migrate/migrate/v4/database/sqlserver"
@@ -37,7 +38,33 @@ COMMIT TRANSACTION;`
 
 // Schema implements dialect.Dialect.
 func (d *SQLServer) Schema() dialect.Schema {
-	return dialect.Schema{Files: schema.Files, Driver: migrationDriver, Version: schemaVersion}
+	r := Routines()
+	if d.calls != nil {
+		r = d.calls.Routines()
+	}
+	var files fs.FS = schema.Files
+	if d.migrations != nil {
+		files = d.migrations
+	}
+	return dialect.Schema{Files: files, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
+}
+
+// schemaFloorTableSQL finds the floor table (version 13 on); schemaFloorSQL
+// reads its one row.
+const (
+	schemaFloorTableSQL = `SELECT OBJECT_ID(N'stageq.SchemaFloor', N'U')`
+	schemaFloorSQL      = `SELECT TOP (1) oldest_binary FROM stageq.SchemaFloor`
+)
+
+func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
+	var id sql.NullInt64
+	if err := db.QueryRowContext(ctx, schemaFloorTableSQL).Scan(&id); err != nil {
+		return 0, fmt.Errorf("read schema floor: %w", err)
+	}
+	if !id.Valid {
+		return 0, nil
+	}
+	return dialect.ReadFloor(db.QueryRowContext(ctx, schemaFloorSQL))
 }
 
 func migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {

@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"strings"
 
@@ -41,6 +42,11 @@ type SQLServer struct {
 	// attempt's lease KILLs whatever the tagged session runs; here that is only
 	// ever a later body, which tags the session anew first.
 	bodies *sql.DB
+	// calls are the statements that call the routines, rendered for the
+	// version this binary was built with (or OpenRoutines's).
+	calls *dialect.RoutineCalls
+	// migrations replaces the embedded migrations (OpenRelease) when not nil.
+	migrations fs.FS
 }
 
 var (
@@ -78,7 +84,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// Connects on first use: a worker without SQL bodies never opens one.
 	bodies := sql.OpenDB(newLoginBound(cfg, bound))
 	bodies.SetMaxIdleConns(16)
-	d := &SQLServer{db: db, bodies: bodies}
+	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines())}
 	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))

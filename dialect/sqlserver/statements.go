@@ -12,6 +12,9 @@ type statement struct {
 	// hold (the claim, a due schedule): they must lock as they read and skip rows
 	// others hold.
 	lockingRead bool
+	// byInstaller marks the statements package routines sends, through
+	// dialect.RoutineSQL, with arguments named by RoutineSQL.Arg.
+	byInstaller bool
 }
 
 // statements lists every batch, in the order docs/sqlserver.md describes them.
@@ -19,6 +22,15 @@ var statements = []statement{
 	{name: "create schema", sql: createSchemaSQL},
 	{name: "schema table", sql: schemaTableSQL},
 	{name: "schema version", sql: schemaVersionSQL},
+	{name: "schema floor table", sql: schemaFloorTableSQL},
+	{name: "schema floor", sql: schemaFloorSQL},
+	{name: "routines lock", byInstaller: true, sql: routinesLockSQL},
+	{name: "routines list", byInstaller: true, sql: routinesListSQL},
+	{name: "routines record", byInstaller: true, sql: routinesRecordSQL},
+	{name: "routines forget", byInstaller: true, sql: routinesForgetSQL},
+	{name: "routines in use", byInstaller: true, sql: routinesInUseSQL},
+	{name: "routines create schema", sql: routinesCreateSchemaSQL},
+	{name: "routines drop schema", sql: routinesDropSchemaSQL},
 	{name: "compatibility level", sql: compatLevelSQL},
 	{name: "OPENJSON probe", sql: openJSONProbeSQL},
 	{name: "begin", sql: beginTxSQL},

@@ -291,7 +291,7 @@ func TestLockingReadsCarryTheClaimHints(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(claimSQL, "EXEC stageq.Claim") {
+	if !strings.Contains(claimSQL, "EXEC stageq_routines.Claim") {
 		t.Error("claimSQL no longer runs stageq.Claim; move the claim-path checks to wherever the claim now is")
 	}
 }
@@ -375,9 +375,63 @@ func procedures(t *testing.T, file, text string) []procedure {
 	return procs
 }
 
+const routinesDir = "../../routines/sqlserver"
+
+// routineProcs reads the routine sources (routines/sqlserver): one procedure a
+// file, plain T-SQL, its quotes not doubled. Each is named, and calls others,
+// as stageq.X, the way callers spelled them when the migrations created them,
+// so that the checks below read routines and statements alike: the
+// namespace, stageq_routines, becomes a version's schema only when installed.
+func routineProcs(t *testing.T) []procedure {
+	t.Helper()
+	var out []procedure
+	for _, glob := range []string{"*.sql", "public/*.sql"} {
+		files, err := filepath.Glob(filepath.Join(routinesDir, glob))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no routines in %s/%s (%v)", routinesDir, glob, err)
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := strings.ReplaceAll(string(b), "stageq_routines.", "stageq.")
+			m := procNameRe.FindStringSubmatch(codeOnly(t, f, text))
+			if m == nil {
+				t.Errorf("%s: no CREATE PROCEDURE", f)
+				continue
+			}
+			if n := len(batchFirst.FindAllString(codeOnly(t, f, text), -1)); n != 1 {
+				t.Errorf("%s: a routine file is one batch and creates exactly one object, found %d", f, n)
+			}
+			if goLineRe.MatchString(text) {
+				t.Errorf("%s: has a GO line; the installer sends each file as one batch", f)
+			}
+			out = append(out, procedure{file: filepath.Base(f), name: m[1], body: text})
+		}
+	}
+	return out
+}
+
+func TestRoutinesAreSingleBatches(t *testing.T) {
+	found := map[string]bool{}
+	for _, p := range routineProcs(t) {
+		found[p.name] = true
+	}
+	for _, want := range []string{"stageq.OpenStage", "stageq.Submit", "stageq.Enqueue",
+		"stageq.Claim", "stageq.Finish", "stageq.Rescue", "stageq.VNow", "stageq.StampDone",
+		"stageq.Configure", "stageq.FinishMany", "stageq.AdvanceProcess", "stageq.Advance", "stageq.BodySession"} {
+		if !found[want] {
+			t.Errorf("procedure %s not found in %s", want, routinesDir)
+		}
+	}
+}
+
+// TestMigrationsAreSingleBatches: the procedures migrations 1 to 12 created
+// (kept for databases that ran them) are well-formed batches.
 func TestMigrationsAreSingleBatches(t *testing.T) {
 	total := 0
-	found := map[string]bool{}
 	for file, text := range readMigrations(t) {
 		for _, p := range procedures(t, file, text) {
 			total++
@@ -393,18 +447,10 @@ func TestMigrationsAreSingleBatches(t *testing.T) {
 			if !regexp.MustCompile(`(?is)\bEND\s*;\s*$`).MatchString(body) {
 				t.Errorf("%s: the dynamic batch does not end with END; (an undoubled quote inside EXEC (N'...')?)", where)
 			}
-			found[p.name] = true
 		}
 	}
 	if total == 0 {
 		t.Error("no procedures found in the migrations")
-	}
-	for _, want := range []string{"stageq.OpenStage", "stageq.Submit", "stageq.Enqueue",
-		"stageq.Claim", "stageq.Finish", "stageq.Rescue", "stageq.VNow", "stageq.StampDone",
-		"stageq.Configure", "stageq.FinishMany", "stageq.AdvanceProcess", "stageq.Advance"} {
-		if !found[want] {
-			t.Errorf("procedure %s not found in the migrations", want)
-		}
 	}
 }
 
@@ -420,9 +466,9 @@ var existenceProbes = map[string]bool{}
 func TestProceduresReadWithLocks(t *testing.T) {
 	queueTables := map[string]bool{"Tasks": true, "Processes": true, "Limits": true, "Schedules": true, "ExclusiveLeases": true}
 	sawClaim := false
-	for file, text := range readMigrations(t) {
-		for _, p := range procedures(t, file, text) {
-			where := file + ": " + p.name
+	for _, p := range routineProcs(t) {
+		{
+			where := p.file + ": " + p.name
 			body := codeOnly(t, where, p.body)
 			checkReadPast(t, where, body)
 			tables, hints := reads(body)
@@ -463,7 +509,7 @@ func TestProceduresReadWithLocks(t *testing.T) {
 		}
 	}
 	if !sawClaim {
-		t.Error("stageq.Claim not found in the migrations")
+		t.Error("stageq.Claim not found in the routines")
 	}
 }
 
@@ -568,7 +614,14 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 					t.Errorf("%s: %s without a query", pos, sel.Sel.Name)
 					return true
 				}
-				id, ok := n.Args[1].(*ast.Ident)
+				query := n.Args[1]
+				// d.calls.SQL(claimSQL): a constant rendered for the routine version.
+				if c, ok := query.(*ast.CallExpr); ok && len(c.Args) == 1 {
+					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "SQL" {
+						query = c.Args[0]
+					}
+				}
+				id, ok := query.(*ast.Ident)
 				if !ok || consts[id.Name] == nil {
 					t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, sel.Sel.Name, n.Args[1])
 					return true
@@ -608,6 +661,9 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 		})
 	}
 	for _, st := range statements {
+		if st.byInstaller {
+			continue
+		}
 		found := false
 		for name := range called {
 			if v, _ := strconv.Unquote(consts[name].Value); v == st.sql {
@@ -669,22 +725,17 @@ func TestVariableNamesDifferInMoreThanCase(t *testing.T) {
 			t.Errorf("%s: %s differ only in case; on a case-insensitive collation they are one variable (error 134)", st.name, c)
 		}
 	}
-	n := 0
 	for file, text := range readMigrations(t) {
 		// The top level of a migration file is one batch too.
 		for _, c := range caseOnlyNameClashes(codeOnly(t, file, text)) {
 			t.Errorf("%s (top-level batch): %s differ only in case", file, c)
 		}
-		for _, p := range procedures(t, file, text) {
-			n++
-			where := file + ": " + p.name
-			for _, c := range caseOnlyNameClashes(codeOnly(t, where, p.body)) {
-				t.Errorf("%s: %s differ only in case; on a case-insensitive collation they are one variable (error 134)", where, c)
-			}
-		}
 	}
-	if n == 0 {
-		t.Error("no procedures found in the migrations")
+	for _, p := range routineProcs(t) {
+		where := p.file + ": " + p.name
+		for _, c := range caseOnlyNameClashes(codeOnly(t, where, p.body)) {
+			t.Errorf("%s: %s differ only in case; on a case-insensitive collation they are one variable (error 134)", where, c)
+		}
 	}
 }
 
@@ -725,17 +776,17 @@ func TestKindLimitKeysAreNotCut(t *testing.T) {
 		if n := size(file, text, sizeRe(`\bkind`)); n != maxName {
 			t.Errorf("%s: stageq.Tasks.kind is nvarchar(%d), want nvarchar(%d)", file, n, maxName)
 		}
-		for _, p := range procedures(t, file, text) {
-			body := codeOnly(t, file+": "+p.name, p.body)
-			if !strings.Contains(body, "@KindKey") {
-				continue
-			}
-			if n := size(p.name, body, sizeRe(`@KindKey`)); n != want {
-				t.Errorf("%s: @KindKey is nvarchar(%d), want nvarchar(%d)", p.name, n, want)
-			}
-			if regexp.MustCompile(`(?is)(LEFT|SUBSTRING)\s*\(\s*CONCAT\s*\(\s*N''\s*,\s*@Kind`).MatchString(body) {
-				t.Errorf("%s: the kind limit key is cut", p.name)
-			}
+	}
+	for _, p := range routineProcs(t) {
+		body := codeOnly(t, p.file+": "+p.name, p.body)
+		if !strings.Contains(body, "@KindKey") {
+			continue
+		}
+		if n := size(p.name, body, sizeRe(`@KindKey`)); n != want {
+			t.Errorf("%s: @KindKey is nvarchar(%d), want nvarchar(%d)", p.name, n, want)
+		}
+		if regexp.MustCompile(`(?is)(LEFT|SUBSTRING)\s*\(\s*CONCAT\s*\(\s*N''\s*,\s*@Kind`).MatchString(body) {
+			t.Errorf("%s: the kind limit key is cut", p.name)
 		}
 	}
 	for _, st := range []string{limitUpsertSQL, limitDeleteSQL} {
@@ -834,9 +885,9 @@ func TestTaskWritesStayBelowLockEscalation(t *testing.T) {
 			t.Errorf("%s: %s", st.name, p)
 		}
 	}
-	for file, text := range readMigrations(t) {
-		for _, p := range procedures(t, file, text) {
-			where := file + ": " + p.name
+	for _, p := range routineProcs(t) {
+		{
+			where := p.file + ": " + p.name
 			for _, problem := range checkTaskWrites(codeOnly(t, where, p.body)) {
 				t.Errorf("%s: %s", where, problem)
 			}
@@ -854,32 +905,22 @@ var (
 	namedArgRe   = regexp.MustCompile(`(?i)@(\w+)\s*=`)
 )
 
-// procParams maps each procedure, as the newest migration defines it, to its
+// procParams maps each procedure, as the routines define it, to its
 // parameters (lower case) and whether each has a default.
 func procParams(t *testing.T) map[string]map[string]bool {
 	t.Helper()
-	files := readMigrations(t)
-	names := make([]string, 0, len(files))
-	for f := range files {
-		if strings.Contains(f, ".up.") {
-			names = append(names, f)
-		}
-	}
-	sort.Strings(names)
 	out := map[string]map[string]bool{}
-	for _, f := range names {
-		for _, p := range procedures(t, f, files[f]) {
-			m := procHeaderRe.FindStringSubmatch(codeOnly(t, p.name, p.body))
-			if m == nil {
-				t.Errorf("%s: %s: no parameter list before AS BEGIN", f, p.name)
-				continue
-			}
-			params := map[string]bool{}
-			for _, pm := range procParamRe.FindAllStringSubmatch(m[2], -1) {
-				params[strings.ToLower(pm[1])] = pm[2] == "="
-			}
-			out[strings.ToLower(strings.TrimPrefix(m[1], "stageq."))] = params
+	for _, p := range routineProcs(t) {
+		m := procHeaderRe.FindStringSubmatch(codeOnly(t, p.name, p.body))
+		if m == nil {
+			t.Errorf("%s: %s: no parameter list before AS BEGIN", p.file, p.name)
+			continue
 		}
+		params := map[string]bool{}
+		for _, pm := range procParamRe.FindAllStringSubmatch(m[2], -1) {
+			params[strings.ToLower(pm[1])] = pm[2] == "="
+		}
+		out[strings.ToLower(strings.TrimPrefix(m[1], "stageq."))] = params
 	}
 	return out
 }
@@ -942,12 +983,9 @@ func TestProcedureCallsMatchTheirParameters(t *testing.T) {
 			t.Errorf("%s: %s", st.name, p)
 		}
 	}
-	files := readMigrations(t)
-	for _, f := range []string{"000002_hot_path.up.sql", "000003_operator_audit.up.sql"} {
-		for _, p := range procedures(t, f, files[f]) {
-			for _, problem := range checkCalls(codeOnly(t, p.name, p.body), procs) {
-				t.Errorf("%s: %s: %s", f, p.name, problem)
-			}
+	for _, p := range routineProcs(t) {
+		for _, problem := range checkCalls(codeOnly(t, p.name, p.body), procs) {
+			t.Errorf("%s: %s: %s", p.file, p.name, problem)
 		}
 	}
 }

@@ -27,7 +27,7 @@ DECLARE @Process nvarchar(400) = @pProcess,
 IF @SetPriority = 0 SET @Priority = NULL;
 IF @SetWeight = 0 SET @Weight = NULL;
 IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
-EXEC stageq.Submit @Process = @Process, @Tasks = @Tasks, @Priority = @Priority,
+EXEC stageq_routines.Submit @Process = @Process, @Tasks = @Tasks, @Priority = @Priority,
      @Weight = @Weight, @MaxParallel = @MaxParallel;`
 
 // Submit implements dialect.Dialect. On the pool it is retried only after errors
@@ -61,7 +61,7 @@ func (d *SQLServer) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitPar
 
 	run := func(ctx context.Context) error {
 		res = dialect.SubmitResult{}
-		rows, err := q.QueryContext(ctx, submitSQL,
+		rows, err := q.QueryContext(ctx, d.calls.SQL(submitSQL),
 			nvarchar("pProcess", sp.Process),
 			nvarchar("pTasks", string(payload)),
 			integer("pPriority", priority), bit("pSetPriority", set.Priority != nil),

@@ -9,7 +9,7 @@ import (
 
 // workerRegisterSQL inserts a worker's row or refreshes it (same id: a restart).
 // In: id, hostname, pid, concurrency, version, kinds (a JSON array; ”: not
-// recorded, every kind). Out: nothing.
+// recorded, every kind), the routine version the worker calls. Out: nothing.
 //
 // The upsert takes UPDLOCK + SERIALIZABLE on the key, so two registrations of one
 // id queue up instead of both inserting (the pattern the docs give for "update
@@ -22,16 +22,18 @@ DECLARE @Id nvarchar(200) = @pId,
         @OsPid int = @pPid,
         @Concurrency int = @pConcurrency,
         @Version nvarchar(200) = @pVersion,
-        @Kinds nvarchar(max) = @pKinds;
+        @Kinds nvarchar(max) = @pKinds,
+        @Routines int = @pRoutines;
 IF @Kinds = N'' SET @Kinds = NULL;
 BEGIN TRANSACTION;
 UPDATE w
-   SET heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency, kinds = @Kinds
+   SET heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency, kinds = @Kinds,
+       routines = @Routines
   FROM stageq.Workers AS w WITH (UPDLOCK, SERIALIZABLE, ROWLOCK)
  WHERE w.id = @Id;
 IF @@ROWCOUNT = 0
-    INSERT INTO stageq.Workers (id, hostname, pid, concurrency, version, kinds)
-    VALUES (@Id, @Hostname, @OsPid, @Concurrency, @Version, @Kinds);
+    INSERT INTO stageq.Workers (id, hostname, pid, concurrency, version, kinds, routines)
+    VALUES (@Id, @Hostname, @OsPid, @Concurrency, @Version, @Kinds, @Routines);
 COMMIT TRANSACTION;`
 
 // WorkerRegister implements dialect.Dialect.
@@ -51,7 +53,8 @@ func (d *SQLServer) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) er
 			integer("pPid", clampInt32(int64(w.PID))),
 			integer("pConcurrency", clampInt32(int64(w.Concurrency))),
 			nvarchar("pVersion", w.Version),
-			nvarchar("pKinds", kindsParam(w.Kinds)))
+			nvarchar("pKinds", kindsParam(w.Kinds)),
+			integer("pRoutines", int32(d.calls.Routines().Version)))
 		return err
 	})
 	if err != nil {

@@ -39,14 +39,18 @@ func TestExitCodesMatchREADME(t *testing.T) {
 			qcExpect(t, dsn, 2, "scheme", "status")
 		}
 
-		// A schema newer than the binary: migrate up says so, clearly.
+		// A schema newer than the binary that no longer serves it (its floor
+		// is above the binary's version): migrate up says so, clearly.
 		d, err := dialect.Open(context.Background(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		table := map[string]string{"sqlite": "stageq_schema_migrations", "postgres": "stageq.schema_migrations"}[d.Name()]
-		if _, err := d.DB().ExecContext(context.Background(), "UPDATE "+table+" SET version = 99"); err != nil {
-			t.Fatal(err)
+		floor := map[string]string{"sqlite": "stageq_schema_floor", "postgres": "stageq.schema_floor"}[d.Name()]
+		for _, stmt := range []string{"UPDATE " + table + " SET version = 99", "UPDATE " + floor + " SET oldest_binary = 99"} {
+			if _, err := d.DB().ExecContext(context.Background(), stmt); err != nil {
+				t.Fatal(err)
+			}
 		}
 		d.Close()
 		code, _, stderr := qc(t, dsn, "migrate", "up")

@@ -34,10 +34,11 @@ func NewQueuectlCommand() *cobra.Command {
 }
 
 func newMigrateCommand(dsn *string) *cobra.Command {
-	cmd := &cobra.Command{Use: "migrate", Short: "Apply or inspect the schema"}
+	cmd := &cobra.Command{Use: "migrate", Short: "Apply or inspect the schema and the routines"}
+	cmd.AddCommand(newRoutinesCommands(dsn)...) // routines.go
 	cmd.AddCommand(&cobra.Command{
 		Use:   "up",
-		Short: "Apply every migration the database lacks",
+		Short: "Apply every migration the database lacks and install this binary's routines",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := dialect.Open(cmd.Context(), *dsn)
@@ -54,7 +55,7 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d\n", d.Name(), v)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d%s\n", d.Name(), v, routinesNote(d))
 			return nil
 		},
 	}, &cobra.Command{
@@ -75,7 +76,7 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "database: %d%s\nbinary expects: %d\n", got, map[bool]string{true: " (dirty)"}[dirty], want)
+			fmt.Fprintf(cmd.OutOrStdout(), "database: %d%s\nbinary expects: %d%s\n", got, map[bool]string{true: " (dirty)"}[dirty], want, routinesNote(d))
 			if err := migrations.Check(cmd.Context(), d); err != nil {
 				return exitCodeError{code: ExitFailure, err: err}
 			}

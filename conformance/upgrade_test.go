@@ -1,0 +1,274 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/postgres"
+	"github.com/stageq/stageq/dialect/sqlite"
+	"github.com/stageq/stageq/dialect/sqlserver"
+	"github.com/stageq/stageq/migrations"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/routines"
+	"github.com/stageq/stageq/stages"
+)
+
+// nextRelease is the release after this binary's, as its own build would
+// bring it: one more table migration, which only adds a column (so the floor
+// stays where it is), and, where the dialect keeps routines, the next routine
+// version. Its routines are this binary's sources plus one more function:
+// other sources, so another checksum, and a schema of their own.
+func nextRelease(t *testing.T, db *testDB, floor int) dialect.Release {
+	t.Helper()
+	cur := db.D.Schema()
+	want, err := migrations.Expected(cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := copyFS(t, cur.Files)
+	next := want + 1
+	add := map[string]string{
+		"sqlite":    `ALTER TABLE stageq_tasks ADD COLUMN rolled_note TEXT;`,
+		"postgres":  `ALTER TABLE stageq.tasks ADD COLUMN rolled_note text;`,
+		"sqlserver": `ALTER TABLE stageq.Tasks ADD rolled_note nvarchar(50) NULL;`,
+	}[db.Dialect]
+	if floor > 0 {
+		add += "\nUPDATE " + floorTable(db) + " SET oldest_binary = " + itoa(floor) + ";"
+	}
+	files[migrationName(next, "up")] = &fstest.MapFile{Data: []byte(add)}
+	files[migrationName(next, "down")] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+	rel := dialect.Release{Migrations: files}
+	if cur.Routines != nil {
+		r := *cur.Routines
+		src := copyFS(t, r.Files)
+		src["99_release.sql"] = &fstest.MapFile{Data: []byte(map[string]string{
+			"postgres":  `CREATE FUNCTION stageq_routines.release() RETURNS int LANGUAGE sql AS 'SELECT ` + itoa(r.Version+1) + `';`,
+			"sqlserver": `CREATE PROCEDURE stageq_routines.Release AS BEGIN SET NOCOUNT ON; SELECT ` + itoa(r.Version+1) + ` AS release; END;`,
+		}[db.Dialect])}
+		r.Version++
+		r.Files = src
+		rel.Routines = &r
+	}
+	return rel
+}
+
+func floorTable(db *testDB) string {
+	return map[string]string{"sqlite": "stageq_schema_floor", "postgres": "stageq.schema_floor", "sqlserver": "stageq.SchemaFloor"}[db.Dialect]
+}
+
+func migrationName(v uint, dir string) string {
+	return strings.Repeat("0", 6-len(itoa(int(v)))) + itoa(int(v)) + "_next_release." + dir + ".sql"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func copyFS(t *testing.T, src fs.FS) fstest.MapFS {
+	t.Helper()
+	out := fstest.MapFS{}
+	err := fs.WalkDir(src, ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(src, p)
+		out[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// openRelease opens db's database as a binary of release rel would.
+func openRelease(t *testing.T, db *testDB, rel dialect.Release) *testDB {
+	t.Helper()
+	ctx := context.Background()
+	open := map[string]func(context.Context, string, dialect.Release) (dialect.Dialect, error){
+		"sqlite": sqlite.OpenRelease, "postgres": postgres.OpenRelease, "sqlserver": sqlserver.OpenRelease,
+	}[db.Dialect]
+	d, err := open(ctx, db.DSN, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := queue.New(ctx, d, queue.Config{Migrate: true})
+	if err != nil {
+		d.Close()
+		t.Fatalf("release N+1: migrate: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &testDB{Dialect: db.Dialect, DSN: db.DSN, Client: c, D: d, Babelfish: db.Babelfish}
+}
+
+// TestRollingUpgrade: release N's workers (this binary) drain a staged
+// process; meanwhile release N+1 migrates the tables (it only adds) and
+// installs its routines beside N's, and its workers join. Both releases claim
+// and finish tasks of the same process on the same rows, each through its own
+// routines; a release-N worker that restarts after the upgrade is admitted;
+// every task runs once, and no stage starts before the one below it ended.
+// Then, once N's workers stopped, pruning drops N's routines and keeps N+1's,
+// which the SQL entry point (stageq.enqueue) then calls.
+func TestRollingUpgrade(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		cfg := fastConfig()
+		cfg.Concurrency = 2
+		cfg.ID = "release-n"
+		oldPool := startWorkers(t, db, 2, cfg, nil)
+		orders := []int{100, 200, 300, 400, 500}
+		perStage := 12
+		body := func(int, int) string { return db.sleepSQL(0.03) }
+		if _, err := db.Client.Submit(ctx, plan("rolling", "sql", orders, body, perStage)); err != nil {
+			t.Fatal(err)
+		}
+		succeeded := func() int {
+			return countOutcome(db.logs(t, dialect.LogFilter{Process: "rolling"}), dialect.OutcomeSucceeded)
+		}
+		waitFor(t, 60*time.Second, "release N to finish a first stage", func() bool { return succeeded() >= perStage })
+
+		next := openRelease(t, db, nextRelease(t, db, 0))
+		restarted, err := queue.Open(ctx, db.DSN, queue.Config{})
+		if err != nil {
+			t.Fatalf("a release-N worker restarting on release N+1's schema was refused: %v", err)
+		}
+		restarted.Close()
+		cfg.ID = "release-n1"
+		newPool := startWorkers(t, next, 2, cfg, nil)
+		waitFor(t, 60*time.Second, "release N+1's workers to run tasks", func() bool {
+			for _, e := range db.logs(t, dialect.LogFilter{Process: "rolling"}) {
+				if strings.HasPrefix(e.WorkerID, "release-n1") && e.Outcome == dialect.OutcomeSucceeded {
+					return true
+				}
+			}
+			return false
+		})
+		oldPool.stop() // the last release-N workers are restarted as N+1
+		waitFor(t, 90*time.Second, "the process to drain", func() bool { return succeeded() >= len(orders)*perStage })
+		newPool.stop()
+
+		entries := db.logs(t, dialect.LogFilter{Process: "rolling"})
+		byRelease := map[string]int{}
+		once := map[int64]int{}
+		for _, e := range entries {
+			if e.Outcome != dialect.OutcomeSucceeded {
+				continue
+			}
+			once[e.TaskID]++
+			if strings.HasPrefix(e.WorkerID, "release-n1") {
+				byRelease["N+1"]++
+			} else {
+				byRelease["N"]++
+			}
+		}
+		if len(once) != len(orders)*perStage {
+			t.Errorf("%d tasks succeeded, want %d", len(once), len(orders)*perStage)
+		}
+		for id, n := range once {
+			if n != 1 {
+				t.Errorf("task %d succeeded %d times", id, n)
+			}
+		}
+		if byRelease["N"] == 0 || byRelease["N+1"] == 0 {
+			t.Errorf("tasks run per release: %v; want both", byRelease)
+		}
+		if v := stages.CheckOrder(runs(entries)); len(v) > 0 {
+			t.Errorf("stage order broken across releases: %v", v)
+		}
+
+		r := next.D.Schema().Routines
+		if r == nil {
+			return // SQLite: its logic is Go, versioned with the binary
+		}
+		dropped, err := routines.Prune(ctx, next.D.DB(), *r, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dropped) != 1 || dropped[0] != r.Version-1 {
+			t.Errorf("prune dropped %v; want release N's routines, version %d", dropped, r.Version-1)
+		}
+		if err := routines.Check(ctx, db.D.DB(), *db.D.Schema().Routines); !errors.Is(err, routines.ErrNotInstalled) {
+			t.Errorf("release N's routines after the prune: %v; want ErrNotInstalled", err)
+		}
+		if err := routines.Check(ctx, next.D.DB(), *r); err != nil {
+			t.Errorf("release N+1's routines after the prune: %v", err)
+		}
+		if db.Dialect == "postgres" {
+			if n := db.count(t, `SELECT count(*) FROM pg_namespace WHERE nspname = '`+dialect.RoutineNamespace(r.Version-1)+`'`); n != 0 {
+				t.Errorf("schema %s is still there", dialect.RoutineNamespace(r.Version-1))
+			}
+			db.exec(t, `SELECT stageq.enqueue('SELECT 1', 100, process => 'after-prune')`)
+			if n := db.count(t, `SELECT count(*) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id WHERE p.name = 'after-prune'`); n != 1 {
+				t.Errorf("stageq.enqueue after the prune made %d tasks, want 1", n)
+			}
+		}
+	})
+}
+
+// TestRoutinesInstallOnceAndRefuseOtherSources: installing is idempotent and
+// safe from many migrators at once; a build whose routines differ under the
+// same version number is refused, by install and by check.
+func TestRoutinesInstallOnceAndRefuseOtherSources(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		r := db.D.Schema().Routines
+		if r == nil {
+			t.Skip("SQLite keeps its logic in Go: no routines to install")
+		}
+		ctx := context.Background()
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() { _, err := migrations.Up(ctx, db.D); errs <- err }()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Errorf("concurrent migrate up: %v", err)
+			}
+		}
+		if n := db.count(t, "SELECT count(*) FROM "+db.table(map[string]string{"postgres": "routines", "sqlserver": "Routines"}[db.Dialect])); n != 1 {
+			t.Errorf("%d routine versions recorded, want 1", n)
+		}
+		forged := *r
+		src := copyFS(t, r.Files)
+		for p, f := range src {
+			if strings.HasSuffix(p, ".sql") {
+				f.Data = append(f.Data, []byte("\n-- edited without a new version\n")...)
+				break
+			}
+		}
+		forged.Files = src
+		if err := routines.Install(ctx, db.D.DB(), forged); !errors.Is(err, routines.ErrChecksum) {
+			t.Errorf("install of other sources under version %d: %v; want ErrChecksum", r.Version, err)
+		}
+		if err := routines.Check(ctx, db.D.DB(), forged); !errors.Is(err, routines.ErrChecksum) {
+			t.Errorf("check of other sources under version %d: %v; want ErrChecksum", r.Version, err)
+		}
+	})
+}
+
+// TestSchemaFloorRefusesOlderBinaries: a release whose migration takes
+// something away raises the floor; this binary is then refused, at start and
+// at migrate up, and the release that raised it runs.
+func TestSchemaFloorRefusesOlderBinaries(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		want, err := migrations.Expected(db.D.Schema())
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := openRelease(t, db, nextRelease(t, db, int(want)+1))
+		if err := migrations.Check(ctx, next.D); err != nil {
+			t.Errorf("the release that raised the floor: %v", err)
+		}
+		if _, err := queue.Open(ctx, db.DSN, queue.Config{}); !errors.Is(err, migrations.ErrNewer) {
+			t.Errorf("this binary on a floor above it: %v; want ErrNewer", err)
+		}
+		if _, err := migrations.Up(ctx, db.D); !errors.Is(err, migrations.ErrNewer) {
+			t.Errorf("migrate up by this binary on a floor above it: %v; want ErrNewer", err)
+		}
+	})
+}

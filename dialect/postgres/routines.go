@@ -1,0 +1,68 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+	rsrc "github.com/stageq/stageq/routines/postgres"
+)
+
+// Routines are the PL/pgSQL functions in routines/postgres, version
+// rsrc.Version, installed into schema stageq_r<version> (package routines).
+func Routines() dialect.Routines {
+	return dialect.Routines{Version: rsrc.Version, Files: rsrc.Files, SQL: routineSQL}
+}
+
+// routineSQL installs a version in one transaction. DDL is transactional in
+// PostgreSQL, so a failed install leaves nothing behind. Function bodies are
+// not checked while they are created (as pg_dump restores them): the files
+// may then name each other in any order; every function is compiled, and
+// checked, on its first call.
+var routineSQL = dialect.RoutineSQL{
+	Lock:    `SELECT pg_advisory_xact_lock(hashtextextended('stageq: routines', 0))`,
+	Prepare: []string{`SET LOCAL check_function_bodies = off`},
+	CreateNamespace: func(ctx context.Context, tx *sql.Tx, ns string) error {
+		if _, err := tx.ExecContext(ctx, `CREATE SCHEMA `+ns); err != nil {
+			return fmt.Errorf("create schema %s: %w", ns, err)
+		}
+		return nil
+	},
+	DropNamespace: func(ctx context.Context, tx *sql.Tx, ns string) error {
+		if _, err := tx.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+ns+` CASCADE`); err != nil {
+			return fmt.Errorf("drop schema %s: %w", ns, err)
+		}
+		return nil
+	},
+	Arg:    func(_ string, v any) any { return v },
+	List:   `SELECT version, checksum, installed_at FROM stageq.routines ORDER BY version DESC`,
+	Record: `INSERT INTO stageq.routines (version, checksum) VALUES ($1, $2)`,
+	Forget: `DELETE FROM stageq.routines WHERE version = $1`,
+	InUse: `
+SELECT routines, count(*) FROM stageq.workers
+ WHERE routines IS NOT NULL AND stopped_at IS NULL
+   AND heartbeat_at >= now() - $1::bigint * interval '1 millisecond'
+ GROUP BY routines`,
+}
+
+// OpenRelease is Open for a binary of another release: its migrations and
+// routines in place of the embedded ones (see dialect.Release).
+func OpenRelease(ctx context.Context, dsn string, rel dialect.Release) (dialect.Dialect, error) {
+	d, err := Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	p := d.(*Postgres)
+	p.migrations = rel.Migrations
+	if rel.Routines != nil {
+		p.calls = newCalls(*rel.Routines)
+	}
+	return p, nil
+}
+
+// newCalls renders the statements that call a routine for r's version.
+func newCalls(r dialect.Routines) *dialect.RoutineCalls {
+	return dialect.NewRoutineCalls(r, claimSQL, finishSQL, finishManySQL, advanceSQL, rescueSQL,
+		bodySessionSQL, openStageSQL, configureSQL, submitSQL)
+}

@@ -1,0 +1,126 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+	rsrc "github.com/stageq/stageq/routines/sqlserver"
+)
+
+// Routines are the T-SQL procedures in routines/sqlserver, version
+// rsrc.Version, installed into schema stageq_r<version> (package routines).
+func Routines() dialect.Routines {
+	return dialect.Routines{Version: rsrc.Version, Files: rsrc.Files, SQL: routineSQL}
+}
+
+// routineSQL installs a version in one transaction (CREATE SCHEMA and CREATE
+// PROCEDURE may run inside one; each file is a batch of its own, as CREATE
+// PROCEDURE must begin its batch). The install lock is an application lock
+// owned by the transaction. A procedure keeps the ANSI_NULLS and
+// QUOTED_IDENTIFIER settings it was created under, and the filtered indexes
+// its statements use need both ON: Prepare sets them for the session.
+// CREATE SCHEMA must also be alone in its batch: it runs through EXEC.
+// Written from Microsoft's documentation (sp_getapplock, CREATE SCHEMA, DROP
+// PROCEDURE, DROP SCHEMA, sys.objects); NOT RUN AGAINST A REAL SQL SERVER.
+// https://learn.microsoft.com/sql/relational-databases/system-stored-procedures/sp-getapplock-transact-sql
+// https://learn.microsoft.com/sql/t-sql/statements/create-procedure-transact-sql
+// https://learn.microsoft.com/sql/t-sql/statements/drop-schema-transact-sql
+var routineSQL = dialect.RoutineSQL{
+	Lock:            routinesLockSQL,
+	Prepare:         []string{`SET ANSI_NULLS ON; SET QUOTED_IDENTIFIER ON;`},
+	CreateNamespace: createNamespace,
+	DropNamespace:   dropNamespace,
+	List:            routinesListSQL,
+	Record:          routinesRecordSQL,
+	Forget:          routinesForgetSQL,
+	InUse:           routinesInUseSQL,
+	Arg:             func(name string, v any) any { return sql.Named(name, v) },
+}
+
+const (
+	routinesLockSQL = `
+DECLARE @Lock int;
+EXEC @Lock = sys.sp_getapplock @Resource = N'stageq: routines', @LockMode = N'Exclusive',
+     @LockOwner = N'Transaction', @LockTimeout = 60000;
+IF @Lock < 0
+    THROW 50091, N'stageq: could not take the routines lock within 60 s', 1;`
+	routinesListSQL   = `SELECT version, checksum, installed_at FROM stageq.Routines ORDER BY version DESC`
+	routinesRecordSQL = `
+DECLARE @Version int = @pVersion, @Checksum nvarchar(64) = @pChecksum;
+INSERT INTO stageq.Routines (version, checksum) VALUES (@Version, @Checksum);`
+	routinesForgetSQL = `
+DECLARE @Version int = @pVersion;
+DELETE FROM stageq.Routines WHERE version = @Version;`
+	routinesInUseSQL = `
+DECLARE @LiveMs bigint = @pLiveMs;
+SELECT routines, COUNT(*) FROM stageq.Workers
+ WHERE routines IS NOT NULL AND stopped_at IS NULL
+   AND heartbeat_at >= DATEADD(millisecond, -CAST(CASE WHEN @LiveMs > 2000000000 THEN 2000000000 ELSE @LiveMs END AS int), SYSUTCDATETIME())
+ GROUP BY routines;`
+	// routinesCreateSchemaSQL: CREATE SCHEMA must be alone in its batch, so
+	// it runs through sp_executesql, the name quoted by QUOTENAME.
+	routinesCreateSchemaSQL = `
+DECLARE @Schema nvarchar(128) = @pSchema;
+DECLARE @Sql nvarchar(max) = N'CREATE SCHEMA ' + QUOTENAME(@Schema);
+EXEC sys.sp_executesql @Sql;`
+	// routinesDropSchemaSQL drops every procedure, function and view in the
+	// schema, then the schema (DROP SCHEMA fails on one that is not empty);
+	// nothing when the schema does not exist.
+	routinesDropSchemaSQL = `
+DECLARE @Schema nvarchar(128) = @pSchema;
+DECLARE @Sql nvarchar(max);
+WHILE 1 = 1
+BEGIN
+    SET @Sql = NULL;
+    SELECT TOP (1) @Sql = N'DROP '
+           + CASE WHEN o.type IN ('FN', 'IF', 'TF', 'FS', 'FT') THEN N'FUNCTION '
+                  WHEN o.type = 'V' THEN N'VIEW ' ELSE N'PROCEDURE ' END
+           + QUOTENAME(@Schema) + N'.' + QUOTENAME(o.name)
+      FROM sys.objects AS o
+     WHERE o.schema_id = SCHEMA_ID(@Schema) AND o.type IN ('P', 'PC', 'FN', 'IF', 'TF', 'FS', 'FT', 'V');
+    IF @Sql IS NULL BREAK;
+    EXEC sys.sp_executesql @Sql;
+END;
+IF SCHEMA_ID(@Schema) IS NOT NULL
+BEGIN
+    SET @Sql = N'DROP SCHEMA ' + QUOTENAME(@Schema);
+    EXEC sys.sp_executesql @Sql;
+END;`
+)
+
+func createNamespace(ctx context.Context, tx *sql.Tx, ns string) error {
+	if _, err := tx.ExecContext(ctx, routinesCreateSchemaSQL, nvarchar("pSchema", ns)); err != nil {
+		return fmt.Errorf("create schema %s: %w", ns, err)
+	}
+	return nil
+}
+
+func dropNamespace(ctx context.Context, tx *sql.Tx, ns string) error {
+	if _, err := tx.ExecContext(ctx, routinesDropSchemaSQL, nvarchar("pSchema", ns)); err != nil {
+		return fmt.Errorf("drop schema %s: %w", ns, err)
+	}
+	return nil
+}
+
+// OpenRelease is Open for a binary of another release: its migrations and
+// routines in place of the embedded ones (see dialect.Release).
+func OpenRelease(ctx context.Context, dsn string, rel dialect.Release) (dialect.Dialect, error) {
+	d, err := Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	s := d.(*SQLServer)
+	s.migrations = rel.Migrations
+	if rel.Routines != nil {
+		s.calls = newCalls(*rel.Routines)
+	}
+	return s, nil
+}
+
+// newCalls renders the statements that call a routine for r's version.
+func newCalls(r dialect.Routines) *dialect.RoutineCalls {
+	return dialect.NewRoutineCalls(r, advanceSQL, bodySessionSQL, claimSQL, finishManySQL, finishSQL,
+		processOpSQL, rescueSQL, submitSQL, taskOpSQL)
+}

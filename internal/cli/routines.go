@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/routines"
+)
+
+// newRoutinesCommands are `migrate routines` and `migrate prune-routines`: the
+// routine versions a database holds, and dropping those no live worker calls
+// once a rolling upgrade is over (package routines says how one goes).
+func newRoutinesCommands(dsn *string) []*cobra.Command {
+	var (
+		live   time.Duration
+		asJSON bool
+	)
+	list := &cobra.Command{
+		Use:   "routines",
+		Short: "List the routine versions installed, and how many live workers call each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, r, err := openRoutines(cmd, *dsn)
+			if err != nil || r == nil {
+				return err
+			}
+			defer d.Close()
+			vs, err := routines.List(cmd.Context(), d.DB(), *r, live)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), vs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tSCHEMA\tINSTALLED\tLIVE WORKERS\tTHIS BINARY")
+			for _, v := range vs {
+				mine := ""
+				if v.Version == r.Version {
+					mine = "yes"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", v.Version, v.Namespace, v.InstalledAt.UTC().Format(time.RFC3339), v.Workers, mine)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	prune := &cobra.Command{
+		Use:   "prune-routines",
+		Short: "Drop the routine versions no live worker calls (the newest always stays)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, r, err := openRoutines(cmd, *dsn)
+			if err != nil || r == nil {
+				return err
+			}
+			defer d.Close()
+			dropped, err := routines.Prune(cmd.Context(), d.DB(), *r, live)
+			if err != nil {
+				return err
+			}
+			if len(dropped) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "nothing to drop: every older version is called by a live worker, or none is installed")
+				return nil
+			}
+			for _, v := range dropped {
+				fmt.Fprintf(cmd.OutOrStdout(), "dropped routines version %d (schema %s)\n", v, dialect.RoutineNamespace(v))
+			}
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{list, prune} {
+		c.Flags().DurationVar(&live, "live", 2*time.Minute,
+			"a worker that has not stopped counts as live while its last heartbeat is this recent")
+	}
+	return []*cobra.Command{list, prune}
+}
+
+// openRoutines opens the database; r is nil, with a note printed, for a
+// dialect that keeps its logic in Go.
+func openRoutines(cmd *cobra.Command, dsn string) (dialect.Dialect, *dialect.Routines, error) {
+	d, err := dialect.Open(cmd.Context(), dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := d.Schema().Routines
+	if r == nil {
+		d.Close()
+		fmt.Fprintf(cmd.OutOrStdout(), "%s keeps its queue logic in the binary: no routines in the database\n", d.Name())
+		return nil, nil, nil
+	}
+	return d, r, nil
+}
+
+// routinesNote names the routine version a binary calls, for dialects that
+// keep routines.
+func routinesNote(d dialect.Dialect) string {
+	if r := d.Schema().Routines; r != nil {
+		return fmt.Sprintf(", routines version %d (schema %s)", r.Version, r.Namespace())
+	}
+	return ""
+}

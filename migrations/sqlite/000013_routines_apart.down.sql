@@ -1,0 +1,2 @@
+ALTER TABLE stageq_workers DROP COLUMN routines;
+DROP TABLE stageq_schema_floor;

@@ -1,0 +1,253 @@
+// Package routines installs, checks and prunes the queue logic a dialect
+// keeps in its database (dialect.Routines), apart from the table schema.
+//
+// Version N of a dialect's routines lives in schema stageq_r<N> and is
+// recorded, with the checksum of its sources, in the table stageq.routines
+// (stageq_routines on SQLite, which keeps none). A binary calls only its own
+// version. A rolling upgrade from N to N+1 is therefore:
+//
+//  1. `queuectl migrate up` with the N+1 binary: table migrations that only add
+//     (the floor stays at or below N, so N's workers keep running and
+//     restarting), then routines N+1 installed beside N, and the public entry
+//     points (stageq.enqueue, stageq.submit) re-pointed to N+1;
+//  2. restart the workers one at a time: each N+1 worker calls stageq_r<N+1>,
+//     the N workers still running call stageq_r<N>, on the same rows;
+//  3. `queuectl migrate prune-routines` once no live worker calls N.
+//
+// The sources are in this folder, one package per dialect (routines/postgres,
+// routines/sqlserver); each dialect's SQL to install them is its own
+// (dialect.RoutineSQL). SQLite's logic is Go, versioned with the binary.
+package routines
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// ErrNotInstalled means the database lacks the routine version a binary calls.
+var ErrNotInstalled = errors.New("routines not installed")
+
+// ErrChecksum means the database holds the binary's routine version with other
+// sources: two builds disagree on what version N is.
+var ErrChecksum = errors.New("routines checksum mismatch")
+
+// Install puts r's version into the database unless it is there, and points
+// the public entry points at it when no newer version is installed. It is
+// safe to run from many processes at once (one waits for the other) and to
+// run again. Everything happens in one transaction: a failure leaves the
+// database as it was.
+func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
+	sum, err := r.Checksum()
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("install routines %d: %w", r.Version, err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, r.SQL.Lock); err != nil {
+		return fmt.Errorf("install routines %d: lock: %w", r.Version, err)
+	}
+	installed, err := list(ctx, tx, r)
+	if err != nil {
+		return err
+	}
+	newest := 0
+	for _, v := range installed {
+		if v.Version == r.Version {
+			if v.Checksum != sum {
+				return checksumError(r, v.Checksum, sum)
+			}
+			return tx.Commit()
+		}
+		newest = max(newest, v.Version)
+	}
+	if err := installFiles(ctx, tx, r, newest < r.Version); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, r.SQL.Record, r.SQL.Arg("pVersion", r.Version), r.SQL.Arg("pChecksum", sum)); err != nil {
+		return fmt.Errorf("install routines %d: record: %w", r.Version, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("install routines %d: commit: %w", r.Version, err)
+	}
+	return nil
+}
+
+// installFiles creates r's namespace afresh (a namespace left without its
+// record, by a schema migrated down and up again, is replaced) and runs its
+// sources; the entry points too when r is the newest version.
+func installFiles(ctx context.Context, tx *sql.Tx, r dialect.Routines, public bool) error {
+	ns := r.Namespace()
+	if err := r.SQL.DropNamespace(ctx, tx, ns); err != nil {
+		return fmt.Errorf("install routines %d: clear %s: %w", r.Version, ns, err)
+	}
+	for _, s := range r.SQL.Prepare {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("install routines %d: %w", r.Version, err)
+		}
+	}
+	if err := r.SQL.CreateNamespace(ctx, tx, ns); err != nil {
+		return fmt.Errorf("install routines %d: create %s: %w", r.Version, ns, err)
+	}
+	files, entries, err := r.Sources()
+	if err != nil {
+		return err
+	}
+	if public {
+		files = append(files, entries...)
+	}
+	for _, p := range files {
+		text, err := fs.ReadFile(r.Files, p)
+		if err != nil {
+			return fmt.Errorf("install routines %d: read %s: %w", r.Version, p, err)
+		}
+		if _, err := tx.ExecContext(ctx, r.Render(string(text))); err != nil {
+			return fmt.Errorf("install routines %d: %s: %w", r.Version, p, err)
+		}
+	}
+	return nil
+}
+
+// Check says whether the database holds r's version with r's sources.
+func Check(ctx context.Context, db *sql.DB, r dialect.Routines) error {
+	sum, err := r.Checksum()
+	if err != nil {
+		return err
+	}
+	installed, err := list(ctx, db, r)
+	if err != nil {
+		return err
+	}
+	for _, v := range installed {
+		if v.Version == r.Version {
+			if v.Checksum != sum {
+				return checksumError(r, v.Checksum, sum)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: this binary calls routines version %d (schema %s), which the database lacks: run `queuectl migrate up` or `worker --migrate`",
+		ErrNotInstalled, r.Version, r.Namespace())
+}
+
+func checksumError(r dialect.Routines, have, want string) error {
+	return fmt.Errorf("%w: the database's routines version %d were installed from other sources (checksum %.12s, this binary's %.12s): "+
+		"a build changed the routines without raising their version", ErrChecksum, r.Version, have, want)
+}
+
+// queryer is a pool or a transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func list(ctx context.Context, q queryer, r dialect.Routines) ([]dialect.RoutineVersion, error) {
+	rows, err := q.QueryContext(ctx, r.SQL.List)
+	if err != nil {
+		return nil, fmt.Errorf("list routines: %w", err)
+	}
+	defer rows.Close()
+	var out []dialect.RoutineVersion
+	for rows.Next() {
+		var v dialect.RoutineVersion
+		if err := rows.Scan(&v.Version, &v.Checksum, &v.InstalledAt); err != nil {
+			return nil, fmt.Errorf("list routines: %w", err)
+		}
+		v.Namespace = dialect.RoutineNamespace(v.Version)
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list routines: %w", err)
+	}
+	return out, nil
+}
+
+// List reads the installed versions, newest first, each with the number of
+// live workers (a heartbeat within liveWithin) that call it.
+func List(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.Duration) ([]dialect.RoutineVersion, error) {
+	out, err := list(ctx, db, r)
+	if err != nil {
+		return nil, err
+	}
+	used, err := inUse(ctx, db, r, liveWithin)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Workers = used[out[i].Version]
+	}
+	return out, nil
+}
+
+func inUse(ctx context.Context, q queryer, r dialect.Routines, liveWithin time.Duration) (map[int]int, error) {
+	rows, err := q.QueryContext(ctx, r.SQL.InUse, r.SQL.Arg("pLiveMs", liveWithin.Milliseconds()))
+	if err != nil {
+		return nil, fmt.Errorf("routines in use: %w", err)
+	}
+	defer rows.Close()
+	used := map[int]int{}
+	for rows.Next() {
+		var v, n int
+		if err := rows.Scan(&v, &n); err != nil {
+			return nil, fmt.Errorf("routines in use: %w", err)
+		}
+		used[v] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("routines in use: %w", err)
+	}
+	return used, nil
+}
+
+// Prune drops every installed version but the newest that no live worker (a
+// heartbeat within liveWithin) calls, and returns the versions dropped. The
+// newest stays whatever runs: the entry points call it.
+func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.Duration) (dropped []int, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("prune routines: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, r.SQL.Lock); err != nil {
+		return nil, fmt.Errorf("prune routines: lock: %w", err)
+	}
+	installed, err := list(ctx, tx, r)
+	if err != nil {
+		return nil, err
+	}
+	used, err := inUse(ctx, tx, r, liveWithin)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range installed {
+		if i == 0 || used[v.Version] > 0 {
+			continue
+		}
+		if err := r.SQL.DropNamespace(ctx, tx, v.Namespace); err != nil {
+			return nil, fmt.Errorf("prune routines %d: %w", v.Version, err)
+		}
+		if _, err := tx.ExecContext(ctx, r.SQL.Forget, r.SQL.Arg("pVersion", v.Version)); err != nil {
+			return nil, fmt.Errorf("prune routines %d: %w", v.Version, err)
+		}
+		dropped = append(dropped, v.Version)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("prune routines: commit: %w", err)
+	}
+	return dropped, nil
+}

@@ -1,0 +1,94 @@
+-- The stage barrier: open_stage makes the lowest unfinished execution_order of a
+-- process available (or ends the process when none is left); advance runs it
+-- for processes whose open stage may have emptied after a finish committed.
+
+CREATE OR REPLACE FUNCTION stageq_routines.open_stage(p_process_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_p      record;
+    v_new    int;
+    v_failed boolean;
+    v_base   bigint;
+    v_stride bigint;
+    v_n      bigint;
+BEGIN
+    SELECT current_order, paused, weight, priority INTO v_p FROM stageq.processes WHERE id = p_process_id;
+    SELECT t.execution_order INTO v_new FROM stageq.tasks t
+     WHERE t.process_id = p_process_id ORDER BY t.execution_order LIMIT 1;
+
+    IF v_new IS NULL THEN
+        UPDATE stageq.processes
+           SET current_order = NULL, state = 'succeeded', updated_at = now(), finished_at = now()
+         WHERE id = p_process_id AND state IN ('active', 'failed');
+        RETURN;
+    END IF;
+
+    IF v_p.paused THEN
+        UPDATE stageq.tasks SET state = 'blocked'
+         WHERE process_id = p_process_id AND state IN ('available', 'scheduled');
+    ELSE
+        IF v_p.current_order IS NOT NULL AND v_new < v_p.current_order THEN
+            -- A lower order arrived: tasks above it that have not started wait again.
+            UPDATE stageq.tasks SET state = 'blocked'
+             WHERE process_id = p_process_id AND execution_order > v_new
+               AND state IN ('available', 'scheduled');
+        END IF;
+        -- Open the stage: its blocked tasks take their turns from the current
+        -- virtual time, in their own priority order.
+        v_stride := 1000000 / v_p.weight;
+        v_base := stageq_routines.stamp_base(p_process_id);
+        WITH b AS (
+            SELECT t.id, row_number() OVER (ORDER BY t.priority DESC, t.run_at, t.id) AS rk
+              FROM stageq.tasks t
+             WHERE t.process_id = p_process_id AND t.execution_order = v_new AND t.state = 'blocked'
+        ), opened AS (
+            UPDATE stageq.tasks t
+               SET state = CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END,
+                   vtime = v_base + (b.rk - 1) * v_stride, process_priority = v_p.priority
+              FROM b WHERE t.id = b.id
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_n FROM opened;
+        IF v_n > 0 THEN
+            PERFORM stageq_routines.stamp_done(p_process_id, v_base + v_n * v_stride);
+            PERFORM pg_notify('stageq_tasks', '');
+        END IF;
+    END IF;
+
+    v_failed := EXISTS (SELECT 1 FROM stageq.tasks WHERE process_id = p_process_id AND state = 'failed');
+    UPDATE stageq.processes
+       SET current_order = v_new,
+           state = CASE WHEN v_failed THEN 'failed' ELSE 'active' END,
+           updated_at = now(), finished_at = NULL
+     WHERE id = p_process_id
+       AND (current_order IS DISTINCT FROM v_new OR state <> CASE WHEN v_failed THEN 'failed' ELSE 'active' END
+            OR finished_at IS NOT NULL);
+END $function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.advance(p_process_ids bigint[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_pid bigint;
+BEGIN
+    FOR v_pid IN
+        SELECT p.id FROM stageq.processes p
+         WHERE p.id = ANY (p_process_ids) AND p.state IN ('active', 'failed')
+           AND (NOT EXISTS (SELECT 1 FROM stageq.tasks t
+                             WHERE t.process_id = p.id AND t.execution_order = p.current_order)
+                OR (p.state = 'active' AND EXISTS (SELECT 1 FROM stageq.tasks t
+                                                    WHERE t.process_id = p.id AND t.state = 'failed')))
+         ORDER BY p.id
+    LOOP
+        PERFORM 1 FROM stageq.processes WHERE id = v_pid FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            PERFORM stageq_routines.open_stage(v_pid);
+        ELSE
+            RETURN NEXT v_pid;
+        END IF;
+    END LOOP;
+END $function$;
+

@@ -1,0 +1,198 @@
+-- The claim: up to p_max available tasks, skip-locked, in fairness order,
+-- admitted under every concurrency limit (limit_admits); claim_gated is the
+-- path taken when a limit or a process cap applies.
+
+CREATE OR REPLACE FUNCTION stageq_routines.limit_admits(p_key text, p_kind text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_max int;
+    v_n   int;
+BEGIN
+    IF p_key IS NOT NULL AND EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_key) THEN
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_key FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
+        IF v_n >= v_max THEN
+            RETURN false;
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM stageq.limits WHERE key = 'kind:' || p_kind) THEN
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = 'kind:' || p_kind FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
+        IF v_n >= v_max THEN
+            RETURN false;
+        END IF;
+    END IF;
+    RETURN true;
+END $function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.claim_gated(p_max integer, p_worker text, p_token bigint, p_expires timestamp with time zone, p_kinds text[])
+ RETURNS SETOF stageq_routines.claimed
+ LANGUAGE plpgsql
+ SET enable_sort TO 'off'
+AS $function$
+DECLARE
+    v_got       int := 0;
+    v_top       int;
+    v_prev      int;
+    v_cand      record;
+    v_task      stageq.tasks;
+    v_out       stageq_routines.claimed;
+    v_fullp     bigint[] := '{}'; -- capped processes found full
+    v_fullk     text[] := '{}';   -- limit keys found full
+    v_fullkind  text[] := '{}';   -- kinds found full
+    v_ok        boolean;
+    v_busy      boolean;
+    v_seen      int;
+    v_running   int;
+BEGIN
+    LOOP
+        SELECT t.process_priority INTO v_top FROM stageq.tasks t
+         WHERE t.state = 'available' AND (v_prev IS NULL OR t.process_priority < v_prev)
+           AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
+         ORDER BY t.process_priority DESC, t.vtime, t.id LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        v_busy := false;
+        v_seen := 0;
+        FOR v_cand IN
+            SELECT t.id, t.process_id, t.kind, t.limit_key, p.max_parallel, p.priority, p.weight, p.name
+              FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+             WHERE t.state = 'available' AND t.process_priority = v_top
+               AND t.process_id <> ALL (v_fullp)
+               AND (t.limit_key IS NULL OR t.limit_key <> ALL (v_fullk))
+               AND t.kind <> ALL (v_fullkind)
+               AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
+             ORDER BY t.process_priority DESC, t.vtime, t.id
+             LIMIT p_max + 16
+        LOOP
+            v_seen := v_seen + 1;
+            CONTINUE WHEN v_cand.process_id = ANY (v_fullp)
+                       OR v_cand.limit_key = ANY (v_fullk) OR v_cand.kind = ANY (v_fullkind);
+            PERFORM 1 FROM stageq.tasks WHERE id = v_cand.id AND state = 'available' FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                v_busy := true; -- another claim's, or already taken
+                CONTINUE;
+            END IF;
+            v_ok := true;
+            IF v_cand.max_parallel IS NOT NULL THEN
+                PERFORM 1 FROM stageq.processes WHERE id = v_cand.process_id FOR UPDATE SKIP LOCKED;
+                IF FOUND THEN
+                    SELECT count(*) INTO v_running FROM stageq.tasks
+                     WHERE process_id = v_cand.process_id AND state = 'running';
+                    v_ok := v_running < v_cand.max_parallel;
+                ELSE
+                    v_ok := false;
+                END IF;
+                IF NOT v_ok THEN
+                    v_fullp := v_fullp || v_cand.process_id;
+                END IF;
+            END IF;
+            IF v_ok AND NOT stageq_routines.limit_admits(v_cand.limit_key, v_cand.kind) THEN
+                v_ok := false;
+                IF v_cand.limit_key IS NOT NULL AND NOT stageq_routines.limit_admits(v_cand.limit_key, NULL) THEN
+                    v_fullk := v_fullk || v_cand.limit_key;
+                ELSE
+                    v_fullkind := v_fullkind || v_cand.kind;
+                END IF;
+            END IF;
+            IF v_ok THEN
+                UPDATE stageq.tasks t
+                   SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
+                       lease_token = p_token, lease_expires_at = p_expires
+                 WHERE t.id = v_cand.id
+                RETURNING t.* INTO v_task;
+                v_out := ROW(v_task.id, v_task.process_id, v_cand.name, v_task.execution_order, v_task.kind,
+                             v_task.body, v_task.attempt, v_task.max_attempts, v_task.atomic, v_task.abandons,
+                             v_task.schedule_name, v_task.scheduled_for);
+                RETURN NEXT v_out;
+                v_got := v_got + 1;
+                EXIT WHEN v_got >= p_max;
+            ELSE
+                UPDATE stageq.tasks
+                   SET vtime = greatest(vtime, stageq_routines.vnow(v_cand.priority) + 1000000 / v_cand.weight)
+                 WHERE id = v_cand.id;
+            END IF;
+        END LOOP;
+        EXIT WHEN v_got >= p_max OR v_busy;
+        IF v_seen >= p_max + 16 THEN
+            CONTINUE; -- the same priority again, past the full ones
+        END IF;
+        v_prev := v_top;
+    END LOOP;
+END $function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.claim(p_max integer, p_worker text, p_token bigint, p_lease_ms bigint, p_kinds text[])
+ RETURNS SETOF stageq_routines.claimed
+ LANGUAGE plpgsql
+ SET enable_sort TO 'off'
+AS $function$
+DECLARE
+    v_expires timestamptz := now() + p_lease_ms * interval '1 millisecond';
+    v_got     int := 0;
+    v_n       int;
+    v_top     int;
+BEGIN
+    IF EXISTS (SELECT 1 FROM stageq.tasks WHERE state = 'scheduled' AND run_at <= now()) THEN
+        WITH due AS (
+            SELECT t.id, t.process_id FROM stageq.tasks t
+             WHERE t.state = 'scheduled' AND t.run_at <= now()
+             ORDER BY t.run_at LIMIT 1000
+               FOR UPDATE SKIP LOCKED
+        ), ranked AS (
+            SELECT d.id, stageq_routines.vnow(p.priority)
+                         + (row_number() OVER (PARTITION BY d.process_id ORDER BY d.id) - 1) * (1000000 / p.weight) AS vt
+              FROM due d JOIN stageq.processes p ON p.id = d.process_id
+        )
+        UPDATE stageq.tasks t SET state = 'available', vtime = r.vt
+          FROM ranked r WHERE t.id = r.id;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM stageq.limits)
+       OR EXISTS (SELECT 1 FROM stageq.processes WHERE max_parallel IS NOT NULL) THEN
+        RETURN QUERY SELECT * FROM stageq_routines.claim_gated(p_max, p_worker, p_token, v_expires, p_kinds);
+        RETURN;
+    END IF;
+
+    LOOP
+        -- The head's priority, locked or not: its tasks go first.
+        SELECT t.process_priority INTO v_top FROM stageq.tasks t
+         WHERE t.state = 'available' AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
+         ORDER BY t.process_priority DESC, t.vtime, t.id LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        RETURN QUERY
+            WITH c AS MATERIALIZED (
+                SELECT t.ctid AS tid FROM stageq.tasks t
+                 WHERE t.state = 'available' AND t.process_priority = v_top
+                   AND (p_kinds IS NULL OR t.kind = ANY (p_kinds))
+                 ORDER BY t.process_priority DESC, t.vtime, t.id
+                 LIMIT p_max - v_got
+                   FOR UPDATE SKIP LOCKED
+            )
+            , u AS (
+                UPDATE stageq.tasks t
+                   SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
+                       lease_token = p_token, lease_expires_at = v_expires
+                  -- By the row's address: the lock taken above keeps it in place, and
+                  -- a second descent of the primary key per task is saved.
+                  FROM c WHERE t.ctid = c.tid
+                RETURNING t.*
+            )
+            -- In this statement's snapshot, which sees every task it leased, so
+            -- their processes too.
+            SELECT u.id, u.process_id, p.name, u.execution_order, u.kind, u.body, u.attempt,
+                   u.max_attempts, u.atomic, u.abandons, u.schedule_name, u.scheduled_for
+              FROM u JOIN stageq.processes p ON p.id = u.process_id;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_got := v_got + v_n;
+        -- Nothing taken: what is left at this priority is another claim's.
+        EXIT WHEN v_n = 0 OR v_got >= p_max;
+    END LOOP;
+END $function$;
+

@@ -1,0 +1,115 @@
+-- Crash rescue: an expired lease is taken back. A body still running in the
+-- database for the dead attempt (found by its marked query text or session
+-- name, body_backend) is cancelled first, and the task stays running until it ends.
+
+CREATE OR REPLACE FUNCTION stageq_routines.body_tag(p_task_id bigint, p_token bigint)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT 'stageq task ' || p_task_id || ' lease ' || p_token
+$function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.body_backend(p_task_id bigint, p_token bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT a.pid FROM pg_stat_activity a
+     WHERE (starts_with(a.query, '/* ' || stageq_routines.body_tag(p_task_id, p_token) || ' */')
+            OR a.application_name = stageq_routines.body_tag(p_task_id, p_token))
+       AND a.state IS DISTINCT FROM 'idle'
+       AND a.pid <> pg_backend_pid()
+     LIMIT 1
+$function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.body_session(p_task_id bigint, p_token bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_state text;
+    v_token bigint;
+BEGIN
+    PERFORM set_config('application_name', stageq_routines.body_tag(p_task_id, p_token), false);
+    IF current_setting('server_version_num')::int >= 140000 THEN
+        PERFORM set_config('client_connection_check_interval', '1000', false);
+    END IF;
+    -- A rescue that freed the attempt before its body started: do not start it.
+    SELECT state, lease_token INTO v_state, v_token FROM stageq.tasks WHERE id = p_task_id;
+    RETURN FOUND AND v_state = 'running' AND v_token = p_token;
+END $function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.rescue(p_max integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    r record;
+    n int := 0;
+    v_pids bigint[];
+    v_body int;
+    v_err text;
+BEGIN
+    FOR r IN
+        SELECT e.* FROM (
+            SELECT t.id, t.process_id, t.lease_token, t.worker_id
+              FROM stageq.tasks t
+             WHERE t.state = 'running' AND t.lease_expires_at < clock_timestamp()
+             LIMIT p_max) e
+         ORDER BY e.process_id
+    LOOP
+        -- The attempt's body may still run in its session: end it, and free
+        -- the task only once a later pass (a new snapshot of pg_stat_activity)
+        -- finds the session gone. A limit counts bodies running.
+        v_body := stageq_routines.body_backend(r.id, r.lease_token);
+        IF v_body IS NOT NULL THEN
+            BEGIN
+                PERFORM pg_terminate_backend(v_body);
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE WARNING 'stageq: task % keeps its slot while its abandoned body (backend %) runs: % (grant pg_signal_backend to the workers'' role)',
+                    r.id, v_body, SQLERRM;
+            END;
+            CONTINUE;
+        END IF;
+        -- Process rows in id order, never waiting: a process busy elsewhere is
+        -- rescued by a later pass.
+        PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE stageq.tasks
+           SET state = CASE WHEN abandons + 1 >= stageq_routines.max_abandons() THEN 'failed' ELSE 'blocked' END,
+               abandons = abandons + 1,
+               run_at = now(),
+               last_error = stageq_routines.abandon_error('lease expired: worker ' || r.worker_id || ' stopped extending it',
+                                                 abandons + 1),
+               worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+         WHERE id = r.id AND lease_token = r.lease_token AND state = 'running'
+           AND lease_expires_at < clock_timestamp()
+        RETURNING last_error INTO v_err;
+        IF FOUND THEN
+            UPDATE stageq.logs
+               SET ended_at = clock_timestamp(),
+                   duration_ms = (extract(epoch FROM clock_timestamp() - started_at) * 1000)::bigint,
+                   outcome = 'abandoned',
+                   error = v_err
+             WHERE task_id = r.id AND lease_token = r.lease_token;
+            -- Handed back blocked: open_stage makes it available again when its
+            -- stage is still the open one.
+            PERFORM stageq_routines.open_stage(r.process_id);
+            n := n + 1;
+        END IF;
+    END LOOP;
+
+    SELECT array_agg(p.id) INTO v_pids FROM (
+        SELECT p.id FROM stageq.processes p
+         WHERE p.state IN ('active', 'failed')
+           AND (p.current_order IS NULL
+                OR NOT EXISTS (SELECT 1 FROM stageq.tasks t
+                                WHERE t.process_id = p.id AND t.execution_order = p.current_order))
+         LIMIT p_max) p;
+    IF v_pids IS NOT NULL THEN
+        PERFORM count(*) FROM stageq_routines.advance(v_pids);
+    END IF;
+    RETURN n;
+END $function$;
+

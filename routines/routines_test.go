@@ -1,0 +1,106 @@
+package routines_test
+
+import (
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/postgres"
+	"github.com/stageq/stageq/dialect/sqlserver"
+)
+
+// pinned is the checksum of each dialect's current routine version. A change
+// to a routine file changes the checksum: raise the Version in that folder's
+// files.go, and pin the new checksum here. A database that holds version N
+// from other sources refuses the binary (routines.ErrChecksum), so two builds
+// never mean two things by one version.
+var pinned = map[string]struct {
+	version  int
+	checksum string
+}{
+	"postgres":  {1, "df0cf4a1192af5b6c2aa0b4d2de9acd84702e912f58177c3b00ce0fdf3c75810"},
+	"sqlserver": {1, "a663592168d632d153b36cfe9c3ab839158ffd96215dfa43577401e40c740dd8"},
+}
+
+func dialects() map[string]dialect.Routines {
+	return map[string]dialect.Routines{"postgres": postgres.Routines(), "sqlserver": sqlserver.Routines()}
+}
+
+func TestVersionPinsSources(t *testing.T) {
+	for name, r := range dialects() {
+		sum, err := r.Checksum()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pinned[name]
+		if r.Version != p.version || sum != p.checksum {
+			t.Errorf("%s routines: version %d, checksum %s; pinned: version %d, checksum %s. "+
+				"A changed routine is a new version: raise Version in routines/%s/files.go and pin the new checksum",
+				name, r.Version, sum, p.version, p.checksum, name)
+		}
+	}
+}
+
+// definedRe finds what a routine file creates: a function, procedure or type.
+var definedRe = regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+(?:REPLACE|ALTER)\s+)?(?:FUNCTION|PROCEDURE|TYPE)\s+([\w.]+)`)
+
+var commentRe = regexp.MustCompile(`--[^\n]*`)
+
+// TestSourcesNameOnlyTheirNamespace: a routine file creates its objects in
+// the placeholder namespace and calls the others there, never the versionless
+// copies migrations 1 to 12 left in schema stageq (which a version-12 worker
+// may still use, and a later version must not); the entry points, in
+// public/, are the only objects created in schema stageq.
+func TestSourcesNameOnlyTheirNamespace(t *testing.T) {
+	for name, r := range dialects() {
+		files, public, err := r.Sources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 0 || len(public) == 0 {
+			t.Fatalf("%s: %d routine files, %d entry points", name, len(files), len(public))
+		}
+		texts := map[string]string{}
+		var objects []string
+		for _, p := range append(files, public...) {
+			b, err := fs.ReadFile(r.Files, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts[p] = string(b)
+			for _, m := range definedRe.FindAllStringSubmatch(string(b), -1) {
+				schema, object, _ := strings.Cut(m[1], ".")
+				want := dialect.RoutinePlaceholder
+				if strings.HasPrefix(p, "public/") {
+					want = "stageq"
+				}
+				if schema != want {
+					t.Errorf("%s/%s creates %s; want it in %s", name, p, m[1], want)
+				}
+				if !strings.HasPrefix(p, "public/") {
+					objects = append(objects, object)
+				}
+			}
+		}
+		for p, text := range texts {
+			text = definedRe.ReplaceAllString(text, "") // an entry point's own name
+			text = commentRe.ReplaceAllString(text, "")
+			for _, o := range objects {
+				if regexp.MustCompile(`(?i)\bstageq\.` + regexp.QuoteMeta(o) + `\b`).MatchString(text) {
+					t.Errorf("%s/%s names stageq.%s: a routine is called in its own version's namespace, %s.%s",
+						name, p, o, dialect.RoutinePlaceholder, o)
+				}
+			}
+		}
+	}
+}
+
+func TestRenderPutsTheVersionsNamespace(t *testing.T) {
+	r := dialect.Routines{Version: 7}
+	got := r.Render("SELECT * FROM stageq_routines.claim($1); -- stageq_routines_note stays")
+	if got != "SELECT * FROM stageq_r7.claim($1); -- stageq_routines_note stays" {
+		t.Errorf("render: %q", got)
+	}
+}
