@@ -2,6 +2,8 @@ package routines_test
 
 import (
 	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,6 +94,29 @@ func TestSourcesNameOnlyTheirNamespace(t *testing.T) {
 					t.Errorf("%s/%s names stageq.%s: a routine is called in its own version's namespace, %s.%s",
 						name, p, o, dialect.RoutinePlaceholder, o)
 				}
+			}
+		}
+	}
+}
+
+// TestMigrationsCreateNoRoutines: the table migrations create no function or
+// procedure; a routine in a migration would be logic tied to a schema version
+// again, the thing this package exists to undo.
+func TestMigrationsCreateNoRoutines(t *testing.T) {
+	re := regexp.MustCompile(`(?i)\b(CREATE|ALTER)\s+(OR\s+(REPLACE|ALTER)\s+)?(FUNCTION|PROC|PROCEDURE)\b`)
+	for _, d := range []string{"postgres", "sqlserver", "sqlite"} {
+		dir := os.DirFS(filepath.Join("..", "migrations", d))
+		files, err := fs.Glob(dir, "*.sql")
+		if err != nil || len(files) == 0 {
+			t.Fatalf("migrations/%s: %v", d, err)
+		}
+		for _, f := range files {
+			b, err := fs.ReadFile(dir, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := re.FindString(commentRe.ReplaceAllString(string(b), "")); m != "" {
+				t.Errorf("migrations/%s/%s: %q; routines live in routines/%s", d, f, m, d)
 			}
 		}
 	}

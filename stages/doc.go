@@ -10,7 +10,7 @@
 //
 // Where the rule is enforced: in the database, not in workers. Each dialect keeps
 // only the tasks of a process's lowest unfinished order 'available' and the rest
-// 'blocked' (see dialect/postgres's stageq.open_stage and dialect/sqlite/stage.go),
-// and a claim only ever takes available tasks. CheckOrder in this package verifies
+// 'blocked' (see open_stage in routines/postgres/30_stages.sql and
+// dialect/sqlite/stage.go), and a claim only ever takes available tasks. CheckOrder in this package verifies
 // the rule from the Logs trail; the conformance suite uses it.
 package stages

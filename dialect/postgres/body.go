@@ -17,7 +17,7 @@ import (
 // claimed moments ago starts without it.
 const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 AND state = 'running' AND lease_token = $2)`
 
-// bodySessionSQL calls stageq.body_session (migrations/postgres/000011), for
+// bodySessionSQL calls body_session (routines/postgres/60_rescue.sql), for
 // atomic bodies: it names the session after the attempt (application_name =
 // stageq.body_tag) and reads whether the attempt still runs. An atomic body's
 // transaction goes on after the body, into the statement that records the
@@ -32,7 +32,7 @@ const bodySessionSQL = `SELECT stageq_routines.body_session($1, $2)`
 // bodyMark is the comment a body's text starts with: the attempt's tag
 // (stageq.body_tag: its task and lease token, which no other attempt shares),
 // by which the rescue finds a dead worker's body in pg_stat_activity.query
-// while it runs (stageq.body_backend, migrations/postgres/000012). Marking the
+// while it runs (body_backend, routines/postgres/60_rescue.sql; the design: migrations/postgres/000012). Marking the
 // text costs nothing; naming the session (application_name, versions 4 to 11)
 // cost a statement per body, the most expensive part of a `SELECT 1` body's
 // start. The newline ends the comment's line, so a body that starts with a

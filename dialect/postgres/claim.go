@@ -10,12 +10,13 @@ import (
 // claimSQL leases up to $1 tasks of the kinds $5 (NULL: any) to worker $2 with
 // token $3 for $4 ms, and opens their Logs rows, in one statement.
 //
-// stageq.claim (migrations/postgres/000002_hot_path.up.sql, its body as of
-// 000007_claim_kinds) locks no shared row: fairness is in each available task's
-// virtual time, stamped when the task became available, so the claim takes the
-// lowest virtual times of the highest priority with FOR UPDATE SKIP LOCKED in
-// one UPDATE per priority level. Only when a concurrency limit or a capped
-// process exists does it go through stageq.claim_gated, which locks the limit
+// claim (routines/postgres/40_claim.sql; its design is told in
+// migrations/postgres/000002_hot_path.up.sql and 000007_claim_kinds) locks no
+// shared row: fairness is in each available task's virtual time, stamped when
+// the task became available, so the claim takes the lowest virtual times of
+// the highest priority with FOR UPDATE SKIP LOCKED in one UPDATE per priority
+// level. Only when a concurrency limit or a capped
+// process exists does it go through claim_gated, which locks the limit
 // rows. It returns each task with its process's name, read inside the function:
 // this statement's own snapshot is older than the function's and may not see a
 // process created meanwhile (migration 7 says how that lost tasks).

@@ -8,7 +8,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// finishSQL calls stageq.finish (migrations/postgres/000002_hot_path.up.sql),
+// finishSQL calls finish (routines/postgres/50_finish.sql),
 // which checks the fence and ends the attempt in Tasks and Logs without locking
 // the process row. In: task id, token, outcome, error text, retry delay in ms
 // (NULL: failed for good). Out: whether the token still held the task. The

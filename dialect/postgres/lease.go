@@ -39,7 +39,7 @@ func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams
 	return held, rows.Err()
 }
 
-// rescueSQL calls stageq.rescue (migrations/postgres). In: rows per pass. Out:
+// rescueSQL calls rescue (routines/postgres/60_rescue.sql). In: rows per pass. Out:
 // how many tasks it returned to the queue or failed.
 const rescueSQL = `SELECT stageq_routines.rescue($1)`
 

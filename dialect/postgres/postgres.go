@@ -1,9 +1,10 @@
 // Package postgres is stageq's PostgreSQL dialect (pgx v5 through database/sql).
 //
-// The stage barrier lives in the routines the migrations install
-// (migrations/postgres: stageq.submit, stageq.finish, stageq.rescue,
-// stageq.open_stage); the claim is one statement in claim.go. Every statement is
-// parameterised and fixed, so pgx prepares each once per connection.
+// The stage barrier lives in the routines (routines/postgres: submit, finish,
+// rescue, open_stage), installed per version apart from the tables and called
+// in the version's schema (routines.go); the claim is one statement in
+// claim.go. Every statement is parameterised and fixed for a dialect value, so
+// pgx prepares each once per connection.
 package postgres
 
 import (

@@ -8,7 +8,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// submitSQL calls stageq.submit (migrations/postgres/000001_core.up.sql), which
+// submitSQL calls submit (routines/postgres/20_submit.sql), which
 // validates the batch, creates and locks the process, inserts the tasks and opens
 // the right stage. In: process name, JSON array of tasks. Out: one row per task.
 const submitSQL = `SELECT process_id, task_id FROM stageq_routines.submit($1, $2::jsonb)`

@@ -8,7 +8,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// bodySessionSQL calls stageq.BodySession (migrations/sqlserver/000010): in the
+// bodySessionSQL calls BodySession (routines/sqlserver/65_BodySession.sql; the design: migrations/sqlserver/000010): in the
 // body's own session it checks that the attempt still runs under its token,
 // records @@SPID in the attempt's Logs row and tags the session with the attempt
 // (SET CONTEXT_INFO), so that stageq.Rescue can KILL a body whose worker died.

@@ -9,7 +9,7 @@ import (
 
 // claimSQL leases up to @Max tasks to worker @WorkerId with lease token @Token
 // for @LeaseMs milliseconds and writes the start of their Logs rows, in one
-// transaction, through stageq.Claim (migrations/sqlserver/000002_hot_path.up.sql):
+// transaction, through Claim (routines/sqlserver/40_Claim.sql; the design: migrations/sqlserver/000002_hot_path.up.sql):
 // fair across processes (priority, then the virtual times stamped on the tasks),
 // within the concurrency limits, and passing over every row another session
 // holds. Without limits it locks no shared row: one UPDLOCK, READPAST UPDATE per

@@ -9,7 +9,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// finishSQL calls stageq.Finish (migrations/sqlserver/000002_hot_path.up.sql),
+// finishSQL calls Finish (routines/sqlserver/50_Finish.sql),
 // which runs stageq.FinishMany for one attempt: it checks the fence (lease
 // token) and ends the attempt in Tasks and Logs, locking the process row only
 // for a hand-back or a final failure. The outcome is succeeded, failed, released

@@ -23,13 +23,8 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 		Use:   "routines",
 		Short: "List the routine versions installed, and how many live workers call each",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, r, err := openRoutines(cmd, *dsn)
-			if err != nil || r == nil {
-				return err
-			}
-			defer d.Close()
-			vs, err := routines.List(cmd.Context(), d.DB(), *r, live)
+		RunE: withRoutines(dsn, func(cmd *cobra.Command, d dialect.Dialect, r dialect.Routines) error {
+			vs, err := routines.List(cmd.Context(), d.DB(), r, live)
 			if err != nil {
 				return err
 			}
@@ -46,20 +41,15 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", v.Version, v.Namespace, v.InstalledAt.UTC().Format(time.RFC3339), v.Workers, mine)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	prune := &cobra.Command{
 		Use:   "prune-routines",
 		Short: "Drop the routine versions no live worker calls (the newest always stays)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, r, err := openRoutines(cmd, *dsn)
-			if err != nil || r == nil {
-				return err
-			}
-			defer d.Close()
-			dropped, err := routines.Prune(cmd.Context(), d.DB(), *r, live)
+		RunE: withRoutines(dsn, func(cmd *cobra.Command, d dialect.Dialect, r dialect.Routines) error {
+			dropped, err := routines.Prune(cmd.Context(), d.DB(), r, live)
 			if err != nil {
 				return err
 			}
@@ -71,7 +61,7 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "dropped routines version %d (schema %s)\n", v, dialect.RoutineNamespace(v))
 			}
 			return nil
-		},
+		}),
 	}
 	for _, c := range []*cobra.Command{list, prune} {
 		c.Flags().DurationVar(&live, "live", 2*time.Minute,
@@ -80,20 +70,22 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 	return []*cobra.Command{list, prune}
 }
 
-// openRoutines opens the database; r is nil, with a note printed, for a
-// dialect that keeps its logic in Go.
-func openRoutines(cmd *cobra.Command, dsn string) (dialect.Dialect, *dialect.Routines, error) {
-	d, err := dialect.Open(cmd.Context(), dsn)
-	if err != nil {
-		return nil, nil, err
+// withRoutines runs fn on the database's dialect and its routines; a dialect
+// that keeps its logic in Go gets a note instead.
+func withRoutines(dsn *string, fn func(*cobra.Command, dialect.Dialect, dialect.Routines) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		d, err := dialect.Open(cmd.Context(), *dsn)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		r := d.Schema().Routines
+		if r == nil {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s keeps its queue logic in the binary: no routines in the database\n", d.Name())
+			return nil
+		}
+		return fn(cmd, d, *r)
 	}
-	r := d.Schema().Routines
-	if r == nil {
-		d.Close()
-		fmt.Fprintf(cmd.OutOrStdout(), "%s keeps its queue logic in the binary: no routines in the database\n", d.Name())
-		return nil, nil, nil
-	}
-	return d, r, nil
 }
 
 // routinesNote names the routine version a binary calls, for dialects that

@@ -17,10 +17,12 @@
 -- * stageq.workers.routines records which version each worker calls, so that
 --   `queuectl migrate prune-routines` drops only versions no live worker calls.
 --
--- The functions version 12 left in schema stageq stay: version-12 workers
--- still running during the upgrade call them. stageq.enqueue and
--- stageq.submit, which users' SQL calls, are replaced by the install with
--- forwards to the newest routines (routines/postgres/public).
+-- A database migrated before version 13 keeps the functions migrations 1 to 12
+-- created in schema stageq: version-12 workers still running during the
+-- upgrade call them (those migrations now hold table changes only, so a new
+-- database never has them). stageq.enqueue and stageq.submit, which users'
+-- SQL calls, are replaced by the install with forwards to the newest routines
+-- (routines/postgres/public).
 CREATE TABLE stageq.routines (
     version      int         PRIMARY KEY CHECK (version >= 1),
     checksum     text        NOT NULL,

@@ -3,8 +3,10 @@
 -- routines/sqlserver and are installed by the routines package into a schema
 -- per version (stageq_r1, …), recorded in stageq.Routines. stageq.SchemaFloor
 -- holds the oldest binary schema version these tables still serve;
--- stageq.Workers.routines which version each worker calls. The procedures
--- version 12 left in schema stageq stay for version-12 workers still running;
+-- stageq.Workers.routines which version each worker calls. A database migrated
+-- before version 13 keeps the procedures migrations 1 to 12 created in schema
+-- stageq, for version-12 workers still running (those migrations now hold
+-- table changes only);
 -- stageq.Enqueue and stageq.Submit are altered by the install into forwards to
 -- the newest routines. Written from Microsoft's documentation (CREATE TABLE,
 -- ALTER TABLE ... ADD); NOT RUN AGAINST A REAL SQL SERVER: see docs/sqlserver.md.
