@@ -132,7 +132,19 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		waitFor(t, 60*time.Second, "release N to finish a first stage", func() bool { return succeeded() >= perStage })
 
+		if db.Dialect == "postgres" {
+			// A role allowed into schema stageq (here every role) may use the
+			// next release's routines too.
+			db.exec(t, "GRANT USAGE ON SCHEMA stageq TO PUBLIC")
+		}
 		next := openRelease(t, db, nextRelease(t, db, 0))
+		if db.Dialect == "postgres" {
+			ns := next.D.Schema().Routines.Namespace()
+			if n := db.count(t, `SELECT count(*) FROM pg_namespace n CROSS JOIN LATERAL aclexplode(n.nspacl) a
+				WHERE n.nspname = '`+ns+`' AND a.grantee = 0 AND a.privilege_type = 'USAGE'`); n != 1 {
+				t.Errorf("schema %s: PUBLIC's USAGE on stageq was not copied", ns)
+			}
+		}
 		restarted, err := queue.Open(ctx, db.DSN, queue.Config{})
 		if err != nil {
 			t.Fatalf("a release-N worker restarting on release N+1's schema was refused: %v", err)

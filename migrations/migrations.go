@@ -133,7 +133,7 @@ func Up(ctx context.Context, t Target) (uint, error) {
 	}
 	if s.Routines != nil {
 		if err := routines.Install(ctx, t.DB(), *s.Routines); err != nil {
-			return got, err
+			return got, mismatch(err)
 		}
 	}
 	return got, nil
@@ -225,8 +225,18 @@ func Check(ctx context.Context, t Target) error {
 	}
 	if s.Routines != nil {
 		if err := routines.Check(ctx, t.DB(), *s.Routines); err != nil {
-			return fmt.Errorf("%w: %w", ErrSchemaMismatch, err)
+			return mismatch(err)
 		}
 	}
 	return nil
+}
+
+// mismatch marks the routine errors that no retry can cure (missing, or from
+// other sources) as ErrSchemaMismatch, which callers treat as final; a lost
+// connection while reading the registry stays what it is.
+func mismatch(err error) error {
+	if errors.Is(err, routines.ErrNotInstalled) || errors.Is(err, routines.ErrChecksum) {
+		return fmt.Errorf("%w: %w", ErrSchemaMismatch, err)
+	}
+	return err
 }

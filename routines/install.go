@@ -3,7 +3,7 @@
 //
 // Version N of a dialect's routines lives in schema stageq_r<N> and is
 // recorded, with the checksum of its sources, in the table stageq.routines
-// (stageq_routines on SQLite, which keeps none). A binary calls only its own
+// (SQLite keeps its logic in Go and installs none). A binary calls only its own
 // version. A rolling upgrade from N to N+1 is therefore:
 //
 //  1. `queuectl migrate up` with the N+1 binary: table migrations that only add
@@ -212,8 +212,15 @@ func inUse(ctx context.Context, q queryer, r dialect.Routines, liveWithin time.D
 
 // Prune drops every installed version but the newest that no live worker (a
 // heartbeat within liveWithin) calls, and returns the versions dropped. The
-// newest stays whatever runs: the entry points call it.
+// newest stays whatever runs: the entry points call it. Only workers record
+// the version they call: the caller makes sure no other process built with
+// an older version (a producer using package queue, a dashboard) still runs,
+// and picks liveWithin above the workers' heartbeat interval (a third of
+// their lease).
 func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.Duration) (dropped []int, err error) {
+	if liveWithin <= 0 {
+		return nil, fmt.Errorf("prune routines: the live window must be positive, got %s", liveWithin)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("prune routines: %w", err)

@@ -22,7 +22,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {1, "df0cf4a1192af5b6c2aa0b4d2de9acd84702e912f58177c3b00ce0fdf3c75810"},
+	"postgres":  {1, "2f7257290e4a87eeca802219989267e185c15fc4ecd4db152cd5ab43c0754cdb"},
 	"sqlserver": {1, "a663592168d632d153b36cfe9c3ab839158ffd96215dfa43577401e40c740dd8"},
 }
 

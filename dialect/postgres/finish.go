@@ -36,7 +36,8 @@ func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finish
 	return nil
 }
 
-// finishManySQL calls stageq.finish_many, the batch form of stageq.finish:
+// finishManySQL calls finish_many (routines/postgres/50_finish.sql), the batch
+// form of finish:
 // parallel arrays of task ids, tokens, outcomes, errors (” for none) and retry
 // delays in ms (0: failed for good). Out: a row (id, NULL) per attempt whose
 // token still held, and a row (NULL, process id) per process whose stage the
@@ -85,7 +86,7 @@ func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams
 	return res, nil
 }
 
-// advanceSQL calls stageq.advance: in, process ids whose stage may have ended;
+// advanceSQL calls advance (routines/postgres/30_stages.sql): in, process ids whose stage may have ended;
 // out, those whose row another transaction holds (not advanced yet).
 const advanceSQL = `SELECT id FROM stageq_routines.advance($1) AS a(id)`
 

@@ -40,14 +40,14 @@ const (
 	openStageSQL       = `SELECT stageq_routines.open_stage($1)`
 
 	// In: id, priority, weight, max_parallel (NULL: unchanged; 0: no cap);
-	// stageq.configure also passes a new priority or weight on to the tasks
+	// configure (routines/postgres/20_submit.sql) also passes a new priority or weight on to the tasks
 	// already waiting.
 	configureSQL = `SELECT stageq_routines.configure($1, $2, $3, $4)`
 
 	pauseSQL = `UPDATE stageq.processes SET paused = $2, updated_at = now() WHERE id = $1`
 
 	// A retried task starts over with fresh attempts. It waits blocked until
-	// stageq.open_stage (run next, in the same transaction) makes it available
+	// open_stage (run next, in the same transaction) makes it available
 	// and stamps its turn, when its stage is the open one. In: process id.
 	retryProcessSQL = `
 UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = now()

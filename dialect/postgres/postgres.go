@@ -41,7 +41,7 @@ type Postgres struct {
 	bodies *sql.DB
 	dsn    string
 	// calls are the statements that call the routines, rendered for the
-	// version this binary was built with (or OpenRoutines's).
+	// version this binary was built with (or OpenRelease's).
 	calls *dialect.RoutineCalls
 	// migrations replaces the embedded migrations (OpenRelease) when not nil.
 	migrations fs.FS

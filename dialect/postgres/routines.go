@@ -27,6 +27,12 @@ var routineSQL = dialect.RoutineSQL{
 		if _, err := tx.ExecContext(ctx, `CREATE SCHEMA `+ns); err != nil {
 			return fmt.Errorf("create schema %s: %w", ns, err)
 		}
+		// A role that may use schema stageq (a worker's, an application's
+		// calling stageq.enqueue) may use the routines' schema too: the
+		// functions run with the caller's rights, as they did in stageq.
+		if err := copyUsage(ctx, tx, ns); err != nil {
+			return fmt.Errorf("grant usage on %s: %w", ns, err)
+		}
 		return nil
 	},
 	DropNamespace: func(ctx context.Context, tx *sql.Tx, ns string) error {
@@ -44,6 +50,42 @@ SELECT routines, count(*) FROM stageq.workers
  WHERE routines IS NOT NULL AND stopped_at IS NULL
    AND heartbeat_at >= now() - $1::bigint * interval '1 millisecond'
  GROUP BY routines`,
+}
+
+// usageGrantsSQL writes, for schema $1, the GRANT USAGE of every role that
+// has USAGE on schema stageq (PUBLIC included), its owner aside.
+const usageGrantsSQL = `
+SELECT format('GRANT USAGE ON SCHEMA %I TO %s', $1::text,
+              CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END)
+  FROM pg_namespace n
+ CROSS JOIN LATERAL aclexplode(n.nspacl) a
+  LEFT JOIN pg_roles r ON r.oid = a.grantee
+ WHERE n.nspname = 'stageq' AND a.privilege_type = 'USAGE' AND a.grantee <> n.nspowner`
+
+// copyUsage gives schema ns the USAGE grants of schema stageq.
+func copyUsage(ctx context.Context, tx *sql.Tx, ns string) error {
+	rows, err := tx.QueryContext(ctx, usageGrantsSQL, ns)
+	if err != nil {
+		return err
+	}
+	var grants []string
+	for rows.Next() {
+		var g string
+		if err := rows.Scan(&g); err != nil {
+			rows.Close()
+			return err
+		}
+		grants = append(grants, g)
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, g := range grants {
+		if _, err := tx.ExecContext(ctx, g); err != nil {
+			return fmt.Errorf("%s: %w", g, err)
+		}
+	}
+	return nil
 }
 
 // OpenRelease is Open for a binary of another release: its migrations and

@@ -11,7 +11,7 @@ import (
 // bodySessionSQL calls BodySession (routines/sqlserver/65_BodySession.sql; the design: migrations/sqlserver/000010): in the
 // body's own session it checks that the attempt still runs under its token,
 // records @@SPID in the attempt's Logs row and tags the session with the attempt
-// (SET CONTEXT_INFO), so that stageq.Rescue can KILL a body whose worker died.
+// (SET CONTEXT_INFO), so that Rescue can KILL a body whose worker died.
 // In: task id, lease token. Out: whether the attempt still runs (0: rescued or
 // finished meanwhile; the body must not start).
 //

@@ -10,7 +10,7 @@ import (
 )
 
 // finishSQL calls Finish (routines/sqlserver/50_Finish.sql),
-// which runs stageq.FinishMany for one attempt: it checks the fence (lease
+// which runs FinishMany for one attempt: it checks the fence (lease
 // token) and ends the attempt in Tasks and Logs, locking the process row only
 // for a hand-back or a final failure. The outcome is succeeded, failed, released
 // or abandoned (dialect.OutcomeAbandoned, migration 9: counted against the
@@ -129,7 +129,7 @@ func (d *SQLServer) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string)
 	return nil
 }
 
-// finishManySQL calls stageq.FinishMany: the attempts of @Results (a JSON array
+// finishManySQL calls FinishMany (routines/sqlserver): the attempts of @Results (a JSON array
 // of {id, token, outcome, error, retry_ms}) end in one transaction, each fenced
 // by its token, succeeded ones without locking any process row. An outcome is
 // succeeded, failed, released or abandoned (the body's database connection was
@@ -222,7 +222,7 @@ func (d *SQLServer) TaskFinishMany(ctx context.Context, ps []dialect.FinishParam
 	return res, nil
 }
 
-// advanceSQL calls stageq.Advance: in, a JSON array of process ids whose stage
+// advanceSQL calls Advance (routines/sqlserver): in, a JSON array of process ids whose stage
 // may have ended (at most maxAdvanceChunk); out, those whose row another
 // transaction holds (not advanced yet). Each process is advanced in a short
 // transaction of its own, its row locked with UPDLOCK, READPAST.

@@ -74,7 +74,7 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 	return held, nil
 }
 
-// rescueSQL calls stageq.Rescue: up to @Max tasks whose lease expired go back to
+// rescueSQL calls Rescue (routines/sqlserver/70_Rescue.sql): up to @Max tasks whose lease expired go back to
 // the queue, one short transaction per task, each such attempt logged abandoned
 // and counted against the task's abandon budget, not its attempts (a task fails
 // for good at its 10th abandon; migration 9); then

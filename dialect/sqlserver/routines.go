@@ -61,14 +61,40 @@ SELECT routines, COUNT(*) FROM stageq.Workers
  GROUP BY routines;`
 	// routinesCreateSchemaSQL: CREATE SCHEMA must be alone in its batch, so
 	// it runs through sp_executesql, the name quoted by QUOTENAME.
+	//
+	// The new schema gets schema stageq's owner, so that ownership chaining
+	// from its procedures to stageq's tables holds as it did when both were
+	// one schema, and schema stageq's EXECUTE grants, so that a role allowed
+	// to run the routines before the upgrade still may.
+	// https://learn.microsoft.com/sql/t-sql/statements/create-schema-transact-sql
+	// https://learn.microsoft.com/sql/t-sql/statements/grant-schema-permissions-transact-sql
 	routinesCreateSchemaSQL = `
+SET XACT_ABORT ON;
 DECLARE @Schema nvarchar(128) = @pSchema;
-DECLARE @Sql nvarchar(max) = N'CREATE SCHEMA ' + QUOTENAME(@Schema);
-EXEC sys.sp_executesql @Sql;`
+DECLARE @Owner sysname = (SELECT USER_NAME(s.principal_id) FROM sys.schemas AS s WHERE s.name = N'stageq');
+DECLARE @Sql nvarchar(max) = N'CREATE SCHEMA ' + QUOTENAME(@Schema) + N' AUTHORIZATION ' + QUOTENAME(@Owner);
+EXEC sys.sp_executesql @Sql;
+DECLARE @Grants TABLE (n int IDENTITY(1, 1) PRIMARY KEY, grantee sysname NOT NULL);
+INSERT INTO @Grants (grantee)
+SELECT USER_NAME(p.grantee_principal_id)
+  FROM sys.database_permissions AS p
+ WHERE p.class = 3 AND p.major_id = SCHEMA_ID(N'stageq')
+   AND p.permission_name = N'EXECUTE' AND p.state IN ('G', 'W');
+DECLARE @I int = 1, @Count int = (SELECT COUNT(*) FROM @Grants);
+WHILE @I <= @Count
+BEGIN
+    SELECT @Sql = N'GRANT EXECUTE ON SCHEMA::' + QUOTENAME(@Schema) + N' TO ' + QUOTENAME(g.grantee)
+      FROM @Grants AS g WHERE g.n = @I;
+    EXEC sys.sp_executesql @Sql;
+    SET @I += 1;
+END;`
 	// routinesDropSchemaSQL drops every procedure, function and view in the
 	// schema, then the schema (DROP SCHEMA fails on one that is not empty);
 	// nothing when the schema does not exist.
+	// XACT_ABORT makes a DROP that fails end the batch; without it the loop
+	// would pick the same object again for ever.
 	routinesDropSchemaSQL = `
+SET XACT_ABORT ON;
 DECLARE @Schema nvarchar(128) = @pSchema;
 DECLARE @Sql nvarchar(max);
 WHILE 1 = 1

@@ -164,7 +164,7 @@ BEGIN TRANSACTION;
 DECLARE @Id bigint;
 SELECT @Id = id FROM stageq.Processes WITH (UPDLOCK, ROWLOCK) WHERE name = N'big';
 DELETE FROM stageq.Tasks WHERE process_id = @Id AND execution_order = 0;
-EXEC stageq.OpenStage @ProcessId = @Id;
+EXEC `+Routines().Namespace()+`.OpenStage @ProcessId = @Id;
 COMMIT TRANSACTION;`)
 	if err != nil {
 		t.Fatalf("open order 1: %v", err)

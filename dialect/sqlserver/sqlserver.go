@@ -1,10 +1,10 @@
 // Package sqlserver is stageq's SQL Server dialect (github.com/microsoft/go-mssqldb,
 // driver name "sqlserver"). DSN: sqlserver://user:password@host:1433?database=name.
 //
-// The stage barrier, the fair claim and the limits live in the procedures the
-// migrations install (migrations/sqlserver: stageq.Claim, stageq.Submit,
-// stageq.FinishMany, stageq.Finish, stageq.Advance, stageq.Rescue,
-// stageq.OpenStage, stageq.Configure, stageq.Enqueue). As on PostgreSQL, a
+// The stage barrier, the fair claim and the limits live in the procedures of
+// routines/sqlserver (Claim, Submit, FinishMany, Finish, Advance, Rescue,
+// OpenStage, Configure, Enqueue), installed per version into schema
+// stageq_r<N> and called there (routines.go). As on PostgreSQL, a
 // completion does not move its process to the next stage: StagesAdvance does,
 // after the completion committed, so that finishing a task locks no shared row. Every statement this package sends is a named constant directly
 // above the method that runs it, listed in statements.go and checked by
@@ -43,7 +43,7 @@ type SQLServer struct {
 	// ever a later body, which tags the session anew first.
 	bodies *sql.DB
 	// calls are the statements that call the routines, rendered for the
-	// version this binary was built with (or OpenRoutines's).
+	// version this binary was built with (or OpenRelease's).
 	calls *dialect.RoutineCalls
 	// migrations replaces the embedded migrations (OpenRelease) when not nil.
 	migrations fs.FS

@@ -9,7 +9,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// submitSQL calls stageq.Submit (migrations/sqlserver), which validates the batch,
+// submitSQL calls Submit (routines/sqlserver/30_Submit.sql), which validates the batch,
 // locks or creates the process, applies its scheduling settings, inserts the
 // tasks and opens the right stage, all or nothing. In: process name, the tasks as
 // a JSON array (dialect.TasksJSON), and each process setting with a flag saying

@@ -64,8 +64,8 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 		}),
 	}
 	for _, c := range []*cobra.Command{list, prune} {
-		c.Flags().DurationVar(&live, "live", 2*time.Minute,
-			"a worker that has not stopped counts as live while its last heartbeat is this recent")
+		c.Flags().DurationVar(&live, "live", 10*time.Minute,
+			"a worker that has not stopped counts as live while its last heartbeat is this recent (keep it above a third of the workers' --lease)")
 	}
 	return []*cobra.Command{list, prune}
 }

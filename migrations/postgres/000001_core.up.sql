@@ -1,3 +1,5 @@
+-- Since version 13 this file holds the tables only: the routines it named
+-- below are routines/postgres, installed per version apart from the tables.
 -- stageq schema for PostgreSQL, in schema stageq: Processes, Tasks, Logs and
 -- Workers; Limits; Schedules and exclusive leases; and the routines that keep
 -- the stage barrier and fairness (stageq.submit, stageq.claim, stageq.finish,

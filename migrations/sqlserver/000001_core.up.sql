@@ -1,3 +1,5 @@
+-- Since version 13 this file holds the tables only: the procedures it named
+-- below are routines/sqlserver, installed per version apart from the tables.
 -- stageq schema for SQL Server 2016 or later (database compatibility level 130+,
 -- for OPENJSON). docs/sqlserver.md explains every lock these objects take; NOTHING
 -- HERE HAS BEEN RUN AGAINST A REAL SQL SERVER YET (see that page).

@@ -1,7 +1,7 @@
 -- The functions users' own SQL calls, in schema stageq with the signatures they
 -- always had. Each forwards to the newest installed routines: installing a new
 -- version re-points them, in the same transaction, so a caller never sees a gap.
--- They are SQL functions of one SELECT: the planner inlines the forward.
+-- They are SQL functions of one SELECT, so a forward costs one more call.
 CREATE OR REPLACE FUNCTION stageq.submit(p_process text, p_tasks jsonb)
  RETURNS TABLE(process_id bigint, task_id bigint)
  LANGUAGE sql
