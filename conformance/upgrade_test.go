@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/dialect/postgres"
-	"github.com/stageq/stageq/dialect/sqlite"
-	"github.com/stageq/stageq/dialect/sqlserver"
 	"github.com/stageq/stageq/migrations"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/routines"
@@ -90,10 +87,7 @@ func copyFS(t *testing.T, src fs.FS) fstest.MapFS {
 func openRelease(t *testing.T, db *testDB, rel dialect.Release) *testDB {
 	t.Helper()
 	ctx := context.Background()
-	open := map[string]func(context.Context, string, dialect.Release) (dialect.Dialect, error){
-		"sqlite": sqlite.OpenRelease, "postgres": postgres.OpenRelease, "sqlserver": sqlserver.OpenRelease,
-	}[db.Dialect]
-	d, err := open(ctx, db.DSN, rel)
+	d, err := dialect.OpenRelease(ctx, db.DSN, rel)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,12 +159,35 @@ func (c *RoutineCalls) Routines() Routines { return c.r }
 
 // Release is what a binary brings to its database besides its Go code: the
 // table migrations it knows and the routines it calls. A dialect opened with
-// the zero Release uses its embedded ones; a test of a rolling upgrade opens
-// a second dialect value with the next release's, in the same process.
+// Open uses its embedded ones; a test of a rolling upgrade opens a second
+// dialect value with the next release's (OpenRelease), in the same process.
 type Release struct {
 	// Migrations replaces the dialect's embedded migrations when not nil.
 	Migrations fs.FS
-	// Routines replaces the dialect's embedded routines when not nil; a
-	// dialect that keeps none ignores it.
+	// Routines replaces the dialect's embedded routines when not nil: their
+	// Version and Files; how they are installed stays the dialect's own
+	// (its RoutineSQL). A dialect that keeps none ignores it.
 	Routines *Routines
+}
+
+// ReleaseUser is a dialect that can act as another release's binary.
+type ReleaseUser interface {
+	// UseRelease makes the dialect serve rel's migrations and call rel's
+	// routines; it is called once, right after Open, before any use.
+	UseRelease(rel Release)
+}
+
+// OpenRelease is Open for a binary of another release (see Release).
+func OpenRelease(ctx context.Context, dsn string, rel Release) (Dialect, error) {
+	d, err := Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	u, ok := d.(ReleaseUser)
+	if !ok {
+		d.Close()
+		return nil, fmt.Errorf("open release: the %s dialect cannot serve another release", d.Name())
+	}
+	u.UseRelease(rel)
+	return d, nil
 }

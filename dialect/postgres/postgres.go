@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/stageq/stageq/dialect"
+	schema "github.com/stageq/stageq/migrations/postgres"
 )
 
 func init() {
@@ -43,7 +44,7 @@ type Postgres struct {
 	// calls are the statements that call the routines, rendered for the
 	// version this binary was built with (or OpenRelease's).
 	calls *dialect.RoutineCalls
-	// migrations replaces the embedded migrations (OpenRelease) when not nil.
+	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
 }
 
@@ -60,7 +61,8 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	return &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn, calls: newCalls(Routines())}, nil
+	return &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn,
+		calls: newCalls(Routines()), migrations: schema.Files}, nil
 }
 
 // openPool opens a connection pool on cfg; connections are made on first use.

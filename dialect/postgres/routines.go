@@ -88,19 +88,14 @@ func copyUsage(ctx context.Context, tx *sql.Tx, ns string) error {
 	return nil
 }
 
-// OpenRelease is Open for a binary of another release: its migrations and
-// routines in place of the embedded ones (see dialect.Release).
-func OpenRelease(ctx context.Context, dsn string, rel dialect.Release) (dialect.Dialect, error) {
-	d, err := Open(ctx, dsn)
-	if err != nil {
-		return nil, err
+// UseRelease implements dialect.ReleaseUser.
+func (p *Postgres) UseRelease(rel dialect.Release) {
+	if rel.Migrations != nil {
+		p.migrations = rel.Migrations
 	}
-	p := d.(*Postgres)
-	p.migrations = rel.Migrations
 	if rel.Routines != nil {
-		p.calls = newCalls(*rel.Routines)
+		p.calls = newCalls(dialect.Routines{Version: rel.Routines.Version, Files: rel.Routines.Files, SQL: routineSQL})
 	}
-	return p, nil
 }
 
 // newCalls renders the statements that call a routine for r's version.

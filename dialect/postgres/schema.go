@@ -4,13 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 
 	"github.com/stageq/stageq/dialect"
-	schema "github.com/stageq/stageq/migrations/postgres"
 )
 
 // migrationsTable is where golang-migrate records the schema version, inside
@@ -20,15 +18,8 @@ const migrationsTable = `"stageq"."schema_migrations"`
 
 // Schema implements dialect.Dialect.
 func (p *Postgres) Schema() dialect.Schema {
-	r := Routines()
-	if p.calls != nil {
-		r = p.calls.Routines()
-	}
-	var files fs.FS = schema.Files
-	if p.migrations != nil {
-		files = p.migrations
-	}
-	return dialect.Schema{Files: files, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
+	r := p.calls.Routines()
+	return dialect.Schema{Files: p.migrations, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
 }
 
 func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	sqlitemigrate "github.com/golang-migrate/migrate/v4/database/sqlite"
 
 	"github.com/stageq/stageq/dialect"
-	schema "github.com/stageq/stageq/migrations/sqlite"
 )
 
 // migrationsTable is where golang-migrate records the schema version, named
@@ -19,11 +17,7 @@ const migrationsTable = "stageq_schema_migrations"
 
 // Schema implements dialect.Dialect.
 func (s *SQLite) Schema() dialect.Schema {
-	var files fs.FS = schema.Files
-	if s.migrations != nil {
-		files = s.migrations
-	}
-	return dialect.Schema{Files: files, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor}
+	return dialect.Schema{Files: s.migrations, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor}
 }
 
 func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
@@ -52,13 +46,9 @@ func schemaVersion(ctx context.Context, db *sql.DB) (uint, bool, error) {
 	return dialect.ScanSchemaVersion(db.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrationsTable+` LIMIT 1`))
 }
 
-// OpenRelease is Open for a binary of another release: its migrations in
-// place of the embedded ones (see dialect.Release; SQLite keeps no routines).
-func OpenRelease(ctx context.Context, dsn string, rel dialect.Release) (dialect.Dialect, error) {
-	d, err := Open(ctx, dsn)
-	if err != nil {
-		return nil, err
+// UseRelease implements dialect.ReleaseUser (SQLite keeps no routines).
+func (s *SQLite) UseRelease(rel dialect.Release) {
+	if rel.Migrations != nil {
+		s.migrations = rel.Migrations
 	}
-	d.(*SQLite).migrations = rel.Migrations
-	return d, nil
 }

@@ -23,6 +23,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/stageq/stageq/dialect"
+	schema "github.com/stageq/stageq/migrations/sqlite"
 )
 
 func init() {
@@ -35,7 +36,7 @@ type SQLite struct {
 	db     *sql.DB // the queue's own statements: one connection (see Open)
 	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
 	path   string
-	// migrations replaces the embedded migrations (OpenRelease) when not nil.
+	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
 
 	// stmts maps the text of each queue statement to its statement prepared
@@ -91,7 +92,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		queue.Close()
 		return nil, err
 	}
-	return &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}}, nil
+	return &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files}, nil
 }
 
 // parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and

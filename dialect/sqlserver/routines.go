@@ -130,19 +130,14 @@ func dropNamespace(ctx context.Context, tx *sql.Tx, ns string) error {
 	return nil
 }
 
-// OpenRelease is Open for a binary of another release: its migrations and
-// routines in place of the embedded ones (see dialect.Release).
-func OpenRelease(ctx context.Context, dsn string, rel dialect.Release) (dialect.Dialect, error) {
-	d, err := Open(ctx, dsn)
-	if err != nil {
-		return nil, err
+// UseRelease implements dialect.ReleaseUser.
+func (d *SQLServer) UseRelease(rel dialect.Release) {
+	if rel.Migrations != nil {
+		d.migrations = rel.Migrations
 	}
-	s := d.(*SQLServer)
-	s.migrations = rel.Migrations
 	if rel.Routines != nil {
-		s.calls = newCalls(*rel.Routines)
+		d.calls = newCalls(dialect.Routines{Version: rel.Routines.Version, Files: rel.Routines.Files, SQL: routineSQL})
 	}
-	return s, nil
 }
 
 // newCalls renders the statements that call a routine for r's version.

@@ -4,13 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4/database"
 	sqlservermigrate "github.com/golang-migrate/migrate/v4/database/sqlserver"
 
 	"github.com/stageq/stageq/dialect"
-	schema "github.com/stageq/stageq/migrations/sqlserver"
 )
 
 // migrationsTable is where golang-migrate records the schema version, in
@@ -38,15 +36,8 @@ COMMIT TRANSACTION;`
 
 // Schema implements dialect.Dialect.
 func (d *SQLServer) Schema() dialect.Schema {
-	r := Routines()
-	if d.calls != nil {
-		r = d.calls.Routines()
-	}
-	var files fs.FS = schema.Files
-	if d.migrations != nil {
-		files = d.migrations
-	}
-	return dialect.Schema{Files: files, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
+	r := d.calls.Routines()
+	return dialect.Schema{Files: d.migrations, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
 }
 
 // schemaFloorTableSQL finds the floor table (version 13 on); schemaFloorSQL

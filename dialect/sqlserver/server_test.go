@@ -20,6 +20,7 @@ import (
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/migrations"
+	schema "github.com/stageq/stageq/migrations/sqlserver"
 )
 
 // newServerDB creates an empty database on the server of STAGEQ_SQLSERVER_DSN and
@@ -259,7 +260,7 @@ func TestServerLongKindsHaveLimitsOfTheirOwn(t *testing.T) {
 // under an application lock, so the second never meets error 2714).
 func TestServerTwoMigratorsOnAnEmptyDatabase(t *testing.T) {
 	ctx := context.Background()
-	want, err := migrations.Expected((&SQLServer{}).Schema())
+	want, err := migrations.Expected(dialect.Schema{Files: schema.Files})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/stageq/stageq/dialect"
+	schema "github.com/stageq/stageq/migrations/sqlserver"
 )
 
 func init() {
@@ -45,7 +46,7 @@ type SQLServer struct {
 	// calls are the statements that call the routines, rendered for the
 	// version this binary was built with (or OpenRelease's).
 	calls *dialect.RoutineCalls
-	// migrations replaces the embedded migrations (OpenRelease) when not nil.
+	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
 }
 
@@ -84,7 +85,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// Connects on first use: a worker without SQL bodies never opens one.
 	bodies := sql.OpenDB(newLoginBound(cfg, bound))
 	bodies.SetMaxIdleConns(16)
-	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines())}
+	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files}
 	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
