@@ -196,33 +196,38 @@ func checkNoneCharged(t *testing.T, db *testDB, process string, entries []dialec
 // Its connection still answers, so the error is the body's: the attempt is
 // charged (failed), not abandoned as an infrastructure fault would be.
 func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
-	ctx := context.Background()
-	db := newTestDB(t, newPostgresDB(t))
-	raise := func(code string) string {
-		return fmt.Sprintf(`DO $$ BEGIN RAISE EXCEPTION 'the body says %s' USING ERRCODE = '%s'; END $$`, code, code)
-	}
-	p := plan("lookalike", "", []int{1}, func(_, i int) string { return raise([]string{"57P01", "08006"}[i]) }, 2)
-	p.Defaults.MaxAttempts = 1
-	if _, err := db.Client.Submit(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	startWorkers(t, db, 1, fastConfig(), nil)
-	waitFor(t, time.Minute, "both attempts to end", func() bool {
-		n := 0
-		for _, e := range db.logs(t, dialect.LogFilter{Process: "lookalike"}) {
-			if e.EndedAt != nil {
-				n++
+	for _, atomic := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "atomic"}[atomic], func(t *testing.T) {
+			ctx := context.Background()
+			db := newTestDB(t, newPostgresDB(t))
+			raise := func(code string) string {
+				return fmt.Sprintf(`DO $$ BEGIN RAISE EXCEPTION 'the body says %s' USING ERRCODE = '%s'; END $$`, code, code)
 			}
-		}
-		return n >= 2
-	})
-	entries := db.logs(t, dialect.LogFilter{Process: "lookalike"})
-	for _, e := range entries {
-		if e.Outcome != dialect.OutcomeFailed || !strings.Contains(e.Error, "the body says") {
-			t.Errorf("task %d attempt %d: %s %q, want failed with the body's own error", e.TaskID, e.Attempt, e.Outcome, e.Error)
-		}
-	}
-	if len(entries) != 2 {
-		t.Errorf("%d attempts, want 2 (one per task, max_attempts 1)", len(entries))
+			p := plan("lookalike", "", []int{1}, func(_, i int) string { return raise([]string{"57P01", "08006"}[i]) }, 2)
+			p.Defaults.MaxAttempts = 1
+			p.Defaults.Atomic = atomic
+			if _, err := db.Client.Submit(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			startWorkers(t, db, 1, fastConfig(), nil)
+			waitFor(t, time.Minute, "both attempts to end", func() bool {
+				n := 0
+				for _, e := range db.logs(t, dialect.LogFilter{Process: "lookalike"}) {
+					if e.EndedAt != nil {
+						n++
+					}
+				}
+				return n >= 2
+			})
+			entries := db.logs(t, dialect.LogFilter{Process: "lookalike"})
+			for _, e := range entries {
+				if e.Outcome != dialect.OutcomeFailed || !strings.Contains(e.Error, "the body says") {
+					t.Errorf("task %d attempt %d: %s %q, want failed with the body's own error", e.TaskID, e.Attempt, e.Outcome, e.Error)
+				}
+			}
+			if len(entries) != 2 {
+				t.Errorf("%d attempts, want 2 (one per task, max_attempts 1)", len(entries))
+			}
+		})
 	}
 }

@@ -131,19 +131,22 @@ func (w *Worker) execute(ctx context.Context, a attempt) (finished bool, err err
 		defer conn.Close()
 		if t.Atomic {
 			finished, err = w.executeAtomic(ctx, t, conn, text)
-			if !finished {
-				// The session keeps this attempt's name (dialect.BodyStart.Atomic),
-				// and the attempt's end is recorded elsewhere, if at all: should
-				// it never be, the rescue of its lease would look for the name
-				// and find whatever body this connection runs next. Not reused.
-				dialect.DiscardConn(conn)
-			}
 		} else {
 			_, err = conn.ExecContext(ctx, text)
 		}
+		// Asked before any discard below: a discarded connection never
+		// answers, and a body's own error that looks like a lost connection
+		// would be recorded as one.
 		if err != nil && ctx.Err() == nil && dialect.ConnLost(err) && !connAlive(ctx, conn) {
 			dialect.DiscardConn(conn)
 			return false, abandonError{fmt.Errorf("the body's database connection was lost while the body ran: %w", err)}
+		}
+		if t.Atomic && !finished {
+			// The session keeps this attempt's name (dialect.BodyStart.Atomic),
+			// and the attempt's end is recorded elsewhere, if at all: should it
+			// never be, the rescue of its lease would look for the name and
+			// find whatever body this connection runs next. Not reused.
+			dialect.DiscardConn(conn)
 		}
 		return finished, err
 	}
