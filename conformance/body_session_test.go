@@ -119,7 +119,8 @@ func TestBodySessionFence(t *testing.T) {
 		case db.Dialect == "postgres" && err != nil:
 			t.Errorf("a body the worker vouched for did not start: %v", err)
 		case db.Dialect != "postgres" && !errors.Is(err, dialect.ErrLeaseLost):
-			// SQL Server records the session in every case, and so reads the lease.
+			// SQL Server records the session in every case, and so reads the lease
+			// (as written; not run on a SQL Server).
 			t.Errorf("body connection of a lost lease: %v, want ErrLeaseLost", err)
 		}
 		if err == nil {
