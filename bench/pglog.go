@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // pgLog reads the statements one database sent, from PostgreSQL's server log,
@@ -97,10 +99,10 @@ var logLine = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ 
 var statementMsg = regexp.MustCompile(`^(?:statement: |execute (?:<unnamed>|[^:]+): )(.*)$`)
 
 // bodyMark matches the comment a worker starts each SQL body's text with, its
-// attempt's tag (dialect/postgres/body.go): the body is the user's statement,
+// attempt's tag (dialect.BodyMark; the log shows its newline as a space): the body is the user's statement,
 // one kind however many attempts run it, so the count of distinct statements
 // reads it without the tag.
-var bodyMark = regexp.MustCompile(`^/\* stageq task -?\d+ lease -?\d+ \*/ `)
+var bodyMark = regexp.MustCompile(dialect.BodyMarkPattern + ` `)
 
 // parseStatements reads log entries and returns the statements of database db,
 // SQL bodies without their attempt's tag (bodyMark). A statement may span

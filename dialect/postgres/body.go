@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -29,17 +28,10 @@ const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 
 // (queue/runner.go).
 const bodySessionSQL = `SELECT stageq_routines.body_session($1, $2)`
 
-// bodyMark is the comment a body's text starts with: the attempt's tag
-// (stageq.body_tag: its task and lease token, which no other attempt shares),
-// by which the rescue finds a dead worker's body in pg_stat_activity.query
-// while it runs (body_backend, routines/postgres/60_rescue.sql; the design: migrations/postgres/000012). Marking the
-// text costs nothing; naming the session (application_name, versions 4 to 11)
-// cost a statement per body, the most expensive part of a `SELECT 1` body's
-// start. The newline ends the comment's line, so a body that starts with a
-// `--` comment or a psql-style first line stays what it was.
-func bodyMark(a dialect.TaskLease) string {
-	return "/* stageq task " + strconv.FormatInt(a.ID, 10) + " lease " + strconv.FormatInt(a.Token, 10) + " */\n"
-}
+// A body's text starts with dialect.BodyMark, by which the rescue finds a
+// dead worker's body while it runs. Marking the text costs nothing; naming
+// the session (application_name, versions 4 to 11) cost a statement per body,
+// the most expensive part of a `SELECT 1` body's start.
 
 // BodyConn implements dialect.BodySessioner.
 func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn, string, error) {
@@ -55,7 +47,7 @@ func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn
 	case s.LeaseHeld != nil && s.LeaseHeld():
 		// Judged now that the connection is in hand: taking it may have meant
 		// opening a new one.
-		return conn, bodyMark(a) + s.Body, nil
+		return conn, dialect.BodyMark(a) + s.Body, nil
 	}
 	var running bool
 	if err := conn.QueryRowContext(ctx, check, a.ID, a.Token).Scan(&running); err != nil {
@@ -69,5 +61,5 @@ func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn
 		conn.Close()
 		return nil, "", fmt.Errorf("check the body's attempt: %w", dialect.ErrLeaseLost)
 	}
-	return conn, bodyMark(a) + s.Body, nil
+	return conn, dialect.BodyMark(a) + s.Body, nil
 }
