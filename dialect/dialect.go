@@ -19,9 +19,12 @@ type Querier interface {
 
 // Methods that take a tx *sql.Tx run inside the caller's own transaction when
 // it is not nil (enqueue beside the caller's writes, atomic SQL tasks whose body
-// and completion commit together), and on the dialect's pool when it is nil, in
-// a transaction of the dialect's own where they need one. Whether there is a
-// transaction is said, never guessed from the type of a Querier.
+// and completion commit together). Submit, TaskFinish, ProcessConfigure,
+// ClockNow and ScheduleCreate run on the dialect's pool when it is nil, in a
+// transaction of the dialect's own where they need one; the schedule locks
+// and ScheduleFire (their locks last until tx ends) and TaskExecAtomic need a
+// transaction and must not be given nil. Whether there is a transaction is
+// said, never guessed from the type of a Querier.
 
 // On is where a method given tx runs its statements: tx, or db when tx is nil.
 // (A nil *sql.Tx inside a Querier would not compare equal to nil.)
