@@ -44,16 +44,25 @@ func Schemes() []string {
 func Open(ctx context.Context, dsn string) (Dialect, error) {
 	scheme, _, ok := strings.Cut(dsn, "://")
 	if !ok || scheme == "" {
-		return nil, fmt.Errorf("%w: %q has no scheme; use one of %s (for example sqlite://stageq.db)",
-			ErrUnknownScheme, Redact(dsn), strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w: %q has no scheme; %s (for example sqlite://stageq.db)",
+			ErrUnknownScheme, Redact(dsn), useSchemes())
 	}
 	mu.RLock()
 	open := openers[strings.ToLower(scheme)]
 	mu.RUnlock()
 	if open == nil {
-		return nil, fmt.Errorf("%w %q; use one of %s", ErrUnknownScheme, scheme, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w %q; %s", ErrUnknownScheme, scheme, useSchemes())
 	}
 	return open(ctx, dsn)
+}
+
+// useSchemes says which schemes a DSN may use, or that this build links no
+// dialect at all (every stageq_no_<dialect> build tag given).
+func useSchemes() string {
+	if s := Schemes(); len(s) > 0 {
+		return "use one of " + strings.Join(s, ", ")
+	}
+	return "this build links no dialect (built with every stageq_no_<dialect> tag)"
 }
 
 // Redact hides the password of a DSN so it can be logged or shown in an error,

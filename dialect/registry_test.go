@@ -52,3 +52,16 @@ func TestRedactUnparseable(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenWithNoDialectLinked: this package's tests link no dialect, as a
+// build with every stageq_no_<dialect> tag would; the error says so instead
+// of listing nothing.
+func TestOpenWithNoDialectLinked(t *testing.T) {
+	if len(Schemes()) > 0 {
+		t.Skip("dialects are linked into this test binary")
+	}
+	_, err := Open(context.Background(), "postgres://u@h/db")
+	if !errors.Is(err, ErrUnknownScheme) || !strings.Contains(err.Error(), "links no dialect") {
+		t.Errorf("err = %v", err)
+	}
+}
