@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/sqlbase"
 	schema "github.com/stageq/stageq/migrations/postgres"
 )
 
@@ -31,6 +32,9 @@ func init() {
 
 // Postgres implements dialect.Dialect.
 type Postgres struct {
+	// Base is the Go shared with the other dialects around the statements
+	// of operate.go, read.go, limits.go and prune.go (base.go).
+	sqlbase.Base
 	db *sql.DB
 	// bodies is a pool of its own for SQL bodies (BodyConn). An atomic body's
 	// session keeps the attempt's name after the body ends, and the rescue of
@@ -61,8 +65,10 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	return &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn,
-		calls: newCalls(Routines()), migrations: schema.Files}, nil
+	p := &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn,
+		calls: newCalls(Routines()), migrations: schema.Files}
+	p.Base = p.base()
+	return p, nil
 }
 
 // openPool opens a connection pool on cfg; connections are made on first use.

@@ -1,12 +1,6 @@
 package postgres
 
 import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"time"
-
 	"github.com/stageq/stageq/dialect"
 )
 
@@ -50,56 +44,3 @@ SELECT worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
        retain_logs_s, retain_workers_s, retain_processes_s
   FROM stageq.prune_status WHERE id = 1`
 )
-
-func (p *Postgres) prune(ctx context.Context, stmt, what string, pp dialect.PruneParams) (int, error) {
-	res, err := p.db.ExecContext(ctx, stmt, pp.Age.Milliseconds(), pp.Batch)
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", what, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", what, err)
-	}
-	return int(n), nil
-}
-
-// PruneLogs implements dialect.Pruner.
-func (p *Postgres) PruneLogs(ctx context.Context, pp dialect.PruneParams) (int, error) {
-	return p.prune(ctx, pruneLogsSQL, "logs", pp)
-}
-
-// PruneWorkers implements dialect.Pruner.
-func (p *Postgres) PruneWorkers(ctx context.Context, pp dialect.PruneParams) (int, error) {
-	return p.prune(ctx, pruneWorkersSQL, "workers", pp)
-}
-
-// PruneProcesses implements dialect.Pruner.
-func (p *Postgres) PruneProcesses(ctx context.Context, pp dialect.PruneParams) (int, error) {
-	return p.prune(ctx, pruneProcessesSQL, "processes", pp)
-}
-
-// PruneRecord implements dialect.Pruner.
-func (p *Postgres) PruneRecord(ctx context.Context, s dialect.PruneStatus) error {
-	_, err := p.db.ExecContext(ctx, pruneRecordSQL, s.WorkerID, s.LogsDeleted, s.WorkersDeleted, s.ProcessesDeleted,
-		int64(s.RetainLogs/time.Second), int64(s.RetainWorkers/time.Second), int64(s.RetainProcesses/time.Second))
-	if err != nil {
-		return fmt.Errorf("record prune pass: %w", mapErr(err))
-	}
-	return nil
-}
-
-// PruneLast implements dialect.Pruner.
-func (p *Postgres) PruneLast(ctx context.Context) (dialect.PruneStatus, bool, error) {
-	var s dialect.PruneStatus
-	var rl, rw, rp int64
-	err := p.db.QueryRowContext(ctx, pruneLastSQL).Scan(&s.WorkerID, &s.RanAt, &s.LogsDeleted, &s.WorkersDeleted,
-		&s.ProcessesDeleted, &rl, &rw, &rp)
-	if errors.Is(err, sql.ErrNoRows) {
-		return s, false, nil
-	}
-	if err != nil {
-		return s, false, fmt.Errorf("read prune status: %w", mapErr(err))
-	}
-	s.RetainLogs, s.RetainWorkers, s.RetainProcesses = time.Duration(rl)*time.Second, time.Duration(rw)*time.Second, time.Duration(rp)*time.Second
-	return s, true, nil
-}

@@ -1,15 +1,5 @@
 package postgres
 
-import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"time"
-
-	"github.com/stageq/stageq/dialect"
-)
-
 // logListSQL reads Logs oldest first. Empty filters match everything; the text is
 // fixed whatever the filter, so it is prepared once.
 const logListSQL = `
@@ -24,42 +14,6 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
  ORDER BY started_at, id
  LIMIT $6`
 
-// LogList implements dialect.Dialect.
-func (p *Postgres) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 1 << 30
-	}
-	since := f.Since
-	if since.IsZero() {
-		since = time.Unix(0, 0)
-	}
-	rows, err := p.db.QueryContext(ctx, logListSQL, f.Process, f.TaskID, f.WorkerID, string(f.Outcome), since, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list logs: %w", mapErr(err))
-	}
-	defer rows.Close()
-	var out []dialect.LogEntry
-	for rows.Next() {
-		var e dialect.LogEntry
-		var ended, retry sql.NullTime
-		var outcome string
-		if err := rows.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
-			&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
-			return nil, fmt.Errorf("list logs: %w", err)
-		}
-		e.Outcome = dialect.Outcome(outcome)
-		if ended.Valid {
-			e.EndedAt = &ended.Time
-		}
-		if retry.Valid {
-			e.RetryAt = &retry.Time
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 const taskListSQL = `
 SELECT t.id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
        t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, '')
@@ -69,45 +23,4 @@ SELECT t.id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.ma
  ORDER BY p.name, t.execution_order, t.id
  LIMIT $3`
 
-// TaskList implements dialect.Dialect.
-func (p *Postgres) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 1 << 30
-	}
-	rows, err := p.db.QueryContext(ctx, taskListSQL, f.Process, f.State, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", mapErr(err))
-	}
-	defer rows.Close()
-	var out []dialect.TaskInfo
-	for rows.Next() {
-		var t dialect.TaskInfo
-		if err := rows.Scan(&t.ID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
-			&t.MaxAttempts, &t.Priority, &t.RunAt, &t.WorkerID, &t.LastError); err != nil {
-			return nil, fmt.Errorf("list tasks: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
-
 const processGetSQL = `SELECT id, name, state, current_order FROM stageq.processes WHERE name = $1`
-
-// ProcessGet implements dialect.Dialect.
-func (p *Postgres) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo, error) {
-	var pi dialect.ProcessInfo
-	var cur sql.NullInt64
-	err := p.db.QueryRowContext(ctx, processGetSQL, name).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
-	if errors.Is(err, sql.ErrNoRows) {
-		return pi, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
-	}
-	if err != nil {
-		return pi, fmt.Errorf("get process %q: %w", name, mapErr(err))
-	}
-	if cur.Valid {
-		c := int(cur.Int64)
-		pi.CurrentOrder = &c
-	}
-	return pi, nil
-}

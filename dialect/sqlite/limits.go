@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -63,77 +62,4 @@ func limitAdmits(ctx context.Context, q dialect.Querier, key, kind string) (bool
 		}
 	}
 	return check(dialect.LimitKindPrefix+kind, limitRunningKindSQL, kind)
-}
-
-// LimitSet implements dialect.Operator.
-func (s *SQLite) LimitSet(ctx context.Context, key string, max int) error {
-	if err := dialect.ValidateLimit(key, max); err != nil {
-		return fmt.Errorf("set limit: %w", err)
-	}
-	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
-		return s.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
-	}
-	if _, err := s.pool().ExecContext(ctx, limitUpsertSQL, key, max); err != nil {
-		return fmt.Errorf("set limit %q: %w", key, mapErr(err))
-	}
-	return nil
-}
-
-// LimitGet implements dialect.Operator.
-func (s *SQLite) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
-	ls, err := s.limitList(ctx, key)
-	if err != nil {
-		return dialect.LimitInfo{}, err
-	}
-	if len(ls) == 0 {
-		return dialect.LimitInfo{}, fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
-	}
-	return ls[0], nil
-}
-
-// LimitList implements dialect.Operator.
-func (s *SQLite) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
-	return s.limitList(ctx, "")
-}
-
-func (s *SQLite) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	rows, err := s.pool().QueryContext(ctx, limitListSQL, key)
-	if err != nil {
-		return nil, fmt.Errorf("list limits: %w", mapErr(err))
-	}
-	defer rows.Close()
-	var out []dialect.LimitInfo
-	for rows.Next() {
-		var l dialect.LimitInfo
-		var updated string
-		if err := rows.Scan(&l.Key, &l.Max, &updated, &l.Running); err != nil {
-			return nil, fmt.Errorf("list limits: %w", err)
-		}
-		if l.UpdatedAt, err = parseTime(updated); err != nil {
-			return nil, fmt.Errorf("list limits: %w", err)
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
-
-// LimitDelete implements dialect.Operator.
-func (s *SQLite) LimitDelete(ctx context.Context, key string) error {
-	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
-		if _, err := s.LimitGet(ctx, key); err != nil {
-			return fmt.Errorf("delete limit: %w", err)
-		}
-		none := 0
-		return s.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
-	}
-	res, err := s.pool().ExecContext(ctx, limitDeleteSQL, key)
-	if err != nil {
-		return fmt.Errorf("delete limit %q: %w", key, mapErr(err))
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("delete limit %q: %w", key, err)
-	} else if n == 0 {
-		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
-	}
-	return nil
 }

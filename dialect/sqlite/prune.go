@@ -1,12 +1,6 @@
 package sqlite
 
 import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"time"
-
 	"github.com/stageq/stageq/dialect"
 )
 
@@ -44,65 +38,3 @@ SELECT worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
        retain_logs_s, retain_workers_s, retain_processes_s
   FROM stageq_prune_status WHERE id = 1`
 )
-
-func (s *SQLite) prune(ctx context.Context, stmt, what string, p dialect.PruneParams) (int, error) {
-	var cutoff string
-	mod := fmt.Sprintf("-%.3f seconds", p.Age.Seconds())
-	if err := s.pool().QueryRowContext(ctx, pruneCutoffSQL, mod).Scan(&cutoff); err != nil {
-		return 0, fmt.Errorf("prune %s: %w", what, mapErr(err))
-	}
-	res, err := s.pool().ExecContext(ctx, stmt, cutoff, p.Batch)
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", what, mapErr(err))
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", what, err)
-	}
-	return int(n), nil
-}
-
-// PruneLogs implements dialect.Pruner.
-func (s *SQLite) PruneLogs(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return s.prune(ctx, pruneLogsSQL, "logs", p)
-}
-
-// PruneWorkers implements dialect.Pruner.
-func (s *SQLite) PruneWorkers(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return s.prune(ctx, pruneWorkersSQL, "workers", p)
-}
-
-// PruneProcesses implements dialect.Pruner.
-func (s *SQLite) PruneProcesses(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return s.prune(ctx, pruneProcessesSQL, "processes", p)
-}
-
-// PruneRecord implements dialect.Pruner.
-func (s *SQLite) PruneRecord(ctx context.Context, st dialect.PruneStatus) error {
-	_, err := s.pool().ExecContext(ctx, pruneRecordSQL, st.WorkerID, st.LogsDeleted, st.WorkersDeleted, st.ProcessesDeleted,
-		int64(st.RetainLogs/time.Second), int64(st.RetainWorkers/time.Second), int64(st.RetainProcesses/time.Second))
-	if err != nil {
-		return fmt.Errorf("record prune pass: %w", mapErr(err))
-	}
-	return nil
-}
-
-// PruneLast implements dialect.Pruner.
-func (s *SQLite) PruneLast(ctx context.Context) (dialect.PruneStatus, bool, error) {
-	var st dialect.PruneStatus
-	var ran string
-	var rl, rw, rp int64
-	err := s.pool().QueryRowContext(ctx, pruneLastSQL).Scan(&st.WorkerID, &ran, &st.LogsDeleted, &st.WorkersDeleted,
-		&st.ProcessesDeleted, &rl, &rw, &rp)
-	if errors.Is(err, sql.ErrNoRows) {
-		return st, false, nil
-	}
-	if err != nil {
-		return st, false, fmt.Errorf("read prune status: %w", mapErr(err))
-	}
-	if st.RanAt, err = parseTime(ran); err != nil {
-		return st, false, fmt.Errorf("read prune status: %w", err)
-	}
-	st.RetainLogs, st.RetainWorkers, st.RetainProcesses = time.Duration(rl)*time.Second, time.Duration(rw)*time.Second, time.Duration(rp)*time.Second
-	return st, true, nil
-}

@@ -23,6 +23,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/sqlbase"
 	schema "github.com/stageq/stageq/migrations/sqlite"
 )
 
@@ -33,6 +34,9 @@ func init() {
 
 // SQLite implements dialect.Dialect.
 type SQLite struct {
+	// Base is the Go shared with the other dialects around the statements
+	// of operate.go, read.go, limits.go and prune.go (base.go).
+	sqlbase.Base
 	db     *sql.DB // the queue's own statements: one connection (see Open)
 	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
 	path   string
@@ -92,7 +96,9 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		queue.Close()
 		return nil, err
 	}
-	return &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files}, nil
+	s := &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files}
+	s.Base = s.base()
+	return s, nil
 }
 
 // parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and

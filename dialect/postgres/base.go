@@ -1,0 +1,88 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/sqlbase"
+)
+
+// base gives sqlbase the statements of operate.go, read.go, limits.go and
+// prune.go and the steps PostgreSQL takes its own way.
+func (p *Postgres) base() sqlbase.Base {
+	return sqlbase.Base{
+		Pool:   p.db,
+		InTx:   p.inTx,
+		MapErr: mapErr,
+		Time:   func(t time.Time) any { return t },
+		OpenStage: func(ctx context.Context, q dialect.Querier, id int64) error {
+			if _, err := q.ExecContext(ctx, p.calls.SQL(openStageSQL), id); err != nil {
+				return mapErr(err)
+			}
+			return nil
+		},
+		Configure: func(ctx context.Context, q dialect.Querier, id int64, s dialect.ProcessSettings) error {
+			_, err := q.ExecContext(ctx, p.calls.SQL(configureSQL), id,
+				dialect.NullInt(s.Priority), dialect.NullInt(s.Weight), dialect.NullInt(s.MaxParallel))
+			if err != nil {
+				return mapErr(err)
+			}
+			return nil
+		},
+		PruneAge: func(_ context.Context, age time.Duration) (any, error) { return age.Milliseconds(), nil },
+		SQL: sqlbase.Statements{
+			LockProcess:     lockProcessSQL,
+			LockProcessByID: lockProcessByIDSQL,
+			Pause:           pauseSQL,
+			AuditFailed:     auditProcessSQL,
+			RetryProcess:    retryProcessSQL,
+			DiscardProcess:  discardProcessSQL,
+			CancelProcess:   cancelProcessSQL,
+			Running:         runningProcessSQL,
+			TaskProcess:     taskProcessSQL,
+			TaskLock:        taskLockSQL,
+			AuditTask:       auditTaskSQL,
+			RetryTask:       retryTaskSQL,
+			DeleteTask:      deleteTaskSQL,
+			MarkCancelled:   markCancelledSQL,
+			ProcessList:     processListSQL,
+			StageCount:      stageCountSQL,
+			StageDone:       stageDoneSQL,
+			WorkerList:      workerListSQL,
+			LogList:         logListSQL,
+			TaskList:        taskListSQL,
+			ProcessGet:      processGetSQL,
+			LimitUpsert:     limitUpsertSQL,
+			LimitDelete:     limitDeleteSQL,
+			LimitList:       limitListSQL,
+			PruneLogs:       pruneLogsSQL,
+			PruneWorkers:    pruneWorkersSQL,
+			PruneProcesses:  pruneProcessesSQL,
+			PruneRecord:     pruneRecordSQL,
+			PruneLast:       pruneLastSQL,
+		},
+	}
+}
+
+// inTx runs fn in the caller's transaction tx, or (tx nil) in a new one that
+// commits when fn succeeds.
+func (p *Postgres) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
+	if tx != nil {
+		return fn(tx)
+	}
+	tx, err := p.BeginTx(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return nil
+}

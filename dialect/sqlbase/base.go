@@ -1,0 +1,115 @@
+// Package sqlbase is the Go that the SQL dialects share around their statements:
+// the operator actions, the reads, limits and retention. A dialect gives a Base
+// its statements and the few steps that differ (how it opens a write
+// transaction, how it re-derives a process's stage, how it takes a time) and
+// embeds it, so the loops, locks order, errors and audit rows are written once.
+//
+// PostgreSQL and SQLite embed a Base. SQL Server runs each of these actions as
+// one T-SQL batch with typed parameters (dialect/sqlserver), so it keeps its own.
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// Base implements the parts of dialect.Dialect and dialect.Operator that are
+// the same Go in every dialect that embeds it. Every field must be set.
+type Base struct {
+	// Pool is where reads and single-statement writes run.
+	Pool dialect.Querier
+	// InTx runs fn in tx, or (tx nil) in a write transaction of the dialect's
+	// own that commits when fn succeeds.
+	InTx func(ctx context.Context, tx *sql.Tx, fn func(q dialect.Querier) error) error
+	// MapErr turns the driver's errors into stageq's sentinels.
+	MapErr func(error) error
+	// Time is a time as the dialect's statements take it as a parameter.
+	Time func(time.Time) any
+	// OpenStage re-derives a process's stage and run-queue state after a change
+	// to its tasks, inside the change's transaction.
+	OpenStage func(ctx context.Context, q dialect.Querier, processID int64) error
+	// Configure applies new scheduling settings to a locked process (nil fields
+	// unchanged), passing a new priority or weight on to its waiting tasks.
+	Configure func(ctx context.Context, q dialect.Querier, processID int64, s dialect.ProcessSettings) error
+	// PruneAge is a retention age as the prune statements take it (their first
+	// parameter): milliseconds, or a cut-off time read from the database clock.
+	PruneAge func(ctx context.Context, age time.Duration) (any, error)
+
+	SQL Statements
+}
+
+// Statements are a dialect's texts for Base. "In" lists the parameters in
+// order; a statement may name them by number and use one more than once.
+type Statements struct {
+	// LockProcess reads a process's id by name and locks its row until the
+	// transaction ends (where the write transaction itself is not already the
+	// lock). In: name. Out: id.
+	LockProcess string
+	// LockProcessByID locks a process row by id; "" where the write transaction
+	// is the lock. In: id.
+	LockProcessByID string
+	// Pause sets a process's paused flag. In: id, paused.
+	Pause string
+	// AuditFailed writes a Logs row, for an operator action, per failed task of
+	// a process. In: process id, who, outcome, note.
+	AuditFailed string
+	// RetryProcess and DiscardProcess change every failed task of a process.
+	// In: process id.
+	RetryProcess, DiscardProcess string
+	// AuditCancel writes the Logs rows of a cancel (every task not running);
+	// "" when CancelProcess writes them itself. In: as AuditFailed.
+	AuditCancel string
+	// CancelProcess removes every task of a process that is not running. In:
+	// process id, and who, outcome, note when AuditCancel is "".
+	CancelProcess string
+	// Running counts a process's running tasks. In: process id.
+	Running string
+	// TaskProcess reads a task's process id. In: task id.
+	TaskProcess string
+	// TaskLock reads a task's state and worker ("" for none), locking its row.
+	// In: task id.
+	TaskLock string
+	// AuditTask writes the Logs row of an operator action on one task. In:
+	// task id, who, outcome, note.
+	AuditTask string
+	// RetryTask and DeleteTask change one task. In: task id.
+	RetryTask, DeleteTask string
+	// MarkCancelled marks a process that a removal emptied (OpenStage has just
+	// called it succeeded) cancelled instead. In: process id.
+	MarkCancelled string
+
+	// ProcessList, StageCount and StageDone are dialect.CollectProcessStatus's.
+	ProcessList, StageCount, StageDone string
+	// WorkerList reads Workers, most recent heartbeat first. Out: id, hostname,
+	// pid, concurrency, version, started_at, heartbeat_at, stopped_at, running
+	// tasks, the database's now.
+	WorkerList string
+	// LogList reads Logs oldest first. In: process, task id, worker, outcome
+	// (each "" or 0 for all), since, limit.
+	LogList string
+	// TaskList reads tasks. In: process, state ("" for all), limit.
+	TaskList string
+	// ProcessGet reads a process by name. Out: id, name, state, current order.
+	ProcessGet string
+
+	// LimitUpsert creates or changes a named or kind limit. In: key, max.
+	LimitUpsert string
+	// LimitDelete removes one. In: key.
+	LimitDelete string
+	// LimitList reads limits with their slots in use, processes' max_parallel
+	// as "process:NAME". In: key ("" for all). Out: key, max, updated_at, running.
+	LimitList string
+
+	// PruneLogs, PruneWorkers and PruneProcesses each delete one batch. In:
+	// PruneAge's value, batch size.
+	PruneLogs, PruneWorkers, PruneProcesses string
+	// PruneRecord keeps the last pass in prune_status. In: worker, logs,
+	// workers, processes deleted, the three retentions in seconds.
+	PruneRecord string
+	// PruneLast reads it. Out: worker, ran_at, the three counts, the three
+	// retentions in seconds.
+	PruneLast string
+}

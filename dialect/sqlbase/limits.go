@@ -1,0 +1,82 @@
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// Limits live in the limits table (named keys and "kind:KIND") and in a
+// process's max_parallel ("process:NAME"). None of them is a counter: the slots
+// in use are the running tasks that match, counted by the claim, so a change
+// takes effect at the next claim.
+
+// LimitSet implements dialect.Operator.
+func (b *Base) LimitSet(ctx context.Context, key string, max int) error {
+	if err := dialect.ValidateLimit(key, max); err != nil {
+		return fmt.Errorf("set limit: %w", err)
+	}
+	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
+		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
+	}
+	if _, err := b.Pool.ExecContext(ctx, b.SQL.LimitUpsert, key, max); err != nil {
+		return fmt.Errorf("set limit %q: %w", key, b.MapErr(err))
+	}
+	return nil
+}
+
+// LimitGet implements dialect.Operator.
+func (b *Base) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
+	ls, err := b.limitList(ctx, key)
+	if err != nil {
+		return dialect.LimitInfo{}, err
+	}
+	if len(ls) == 0 {
+		return dialect.LimitInfo{}, fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return ls[0], nil
+}
+
+// LimitList implements dialect.Operator.
+func (b *Base) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
+	return b.limitList(ctx, "")
+}
+
+func (b *Base) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LimitList, func(r *sql.Rows, l *dialect.LimitInfo) error {
+		var updated dialect.TimeScan
+		if err := r.Scan(&l.Key, &l.Max, &updated, &l.Running); err != nil {
+			return err
+		}
+		l.UpdatedAt = updated.Time
+		return nil
+	}, key)
+	if err != nil {
+		return nil, fmt.Errorf("list limits: %w", err)
+	}
+	return out, nil
+}
+
+// LimitDelete implements dialect.Operator.
+func (b *Base) LimitDelete(ctx context.Context, key string) error {
+	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
+		if _, err := b.LimitGet(ctx, key); err != nil {
+			return fmt.Errorf("delete limit: %w", err)
+		}
+		none := 0
+		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
+	}
+	res, err := b.Pool.ExecContext(ctx, b.SQL.LimitDelete, key)
+	if err != nil {
+		return fmt.Errorf("delete limit %q: %w", key, b.MapErr(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("delete limit %q: %w", key, err)
+	} else if n == 0 {
+		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// withProcess locks the named process in a transaction and runs fn with its id;
+// afterwards it re-derives the process's stage and, when then is not nil, runs
+// then in the same transaction (a removal's markCancelled).
+func (b *Base) withProcess(ctx context.Context, tx *sql.Tx, name string, fn, then func(q dialect.Querier, id int64) error) error {
+	return b.InTx(ctx, tx, func(q dialect.Querier) error {
+		var id int64
+		err := q.QueryRowContext(ctx, b.SQL.LockProcess, name).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("lock process %q: %w", name, b.MapErr(err))
+		}
+		if err := fn(q, id); err != nil {
+			return err
+		}
+		if err := b.OpenStage(ctx, q, id); err != nil {
+			return fmt.Errorf("process %q: open stage: %w", name, err)
+		}
+		if then != nil {
+			return then(q, id)
+		}
+		return nil
+	})
+}
+
+// markCancelled, after a removal, marks the process cancelled if OpenStage
+// found it empty.
+func (b *Base) markCancelled(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
+	if o == dialect.OutcomeRetried {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, b.SQL.MarkCancelled, id); err != nil {
+		return fmt.Errorf("mark process cancelled: %w", b.MapErr(err))
+	}
+	return nil
+}
+
+// audit runs one of the audit statements, whose parameters are always the
+// changed row's id, who, outcome and note.
+func (b *Base) audit(ctx context.Context, q dialect.Querier, stmt string, id int64, o dialect.Outcome) error {
+	if _, err := q.ExecContext(ctx, stmt, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o)); err != nil {
+		return fmt.Errorf("audit: %w", b.MapErr(err))
+	}
+	return nil
+}
+
+// ProcessConfigure implements dialect.Operator.
+func (b *Base) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s dialect.ProcessSettings) error {
+	if err := dialect.ValidateSettings(s); err != nil {
+		return fmt.Errorf("configure process %q: %w", name, err)
+	}
+	return b.withProcess(ctx, tx, name, func(q dialect.Querier, id int64) error {
+		if err := b.Configure(ctx, q, id, s); err != nil {
+			return fmt.Errorf("configure process %q: %w", name, err)
+		}
+		return nil
+	}, nil)
+}
+
+// ProcessSetPaused implements dialect.Operator.
+func (b *Base) ProcessSetPaused(ctx context.Context, name string, paused bool) error {
+	return b.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if _, err := q.ExecContext(ctx, b.SQL.Pause, id, paused); err != nil {
+			return fmt.Errorf("pause process %q: %w", name, b.MapErr(err))
+		}
+		return nil
+	}, nil)
+}
+
+// processBulk audits and runs one bulk statement on the failed tasks of a
+// locked process, and insists it changed something, so that a command with
+// nothing to do says so.
+func (b *Base) processBulk(ctx context.Context, name, stmt, what string, o dialect.Outcome) (int, error) {
+	var n int64
+	err := b.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		if err := b.audit(ctx, q, b.SQL.AuditFailed, id, o); err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, err)
+		}
+		res, err := q.ExecContext(ctx, stmt, id)
+		if err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, b.MapErr(err))
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return fmt.Errorf("%s process %q: %w", what, name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
+		}
+		return nil
+	}, func(q dialect.Querier, id int64) error { return b.markCancelled(ctx, q, id, o) })
+	return int(n), err
+}
+
+// ProcessRetry implements dialect.Operator.
+func (b *Base) ProcessRetry(ctx context.Context, name string) (int, error) {
+	return b.processBulk(ctx, name, b.SQL.RetryProcess, "retry", dialect.OutcomeRetried)
+}
+
+// ProcessDiscard implements dialect.Operator.
+func (b *Base) ProcessDiscard(ctx context.Context, name string) (int, error) {
+	return b.processBulk(ctx, name, b.SQL.DiscardProcess, "discard", dialect.OutcomeDiscarded)
+}
+
+// ProcessCancel implements dialect.Operator.
+func (b *Base) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
+	o := dialect.OutcomeCancelled
+	err = b.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
+		args := []any{id, dialect.Actor(ctx), string(o), dialect.AuditNote(o)}
+		if b.SQL.AuditCancel != "" {
+			if err := b.audit(ctx, q, b.SQL.AuditCancel, id, o); err != nil {
+				return fmt.Errorf("cancel process %q: %w", name, err)
+			}
+			args = args[:1]
+		}
+		res, err := q.ExecContext(ctx, b.SQL.CancelProcess, args...)
+		if err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, b.MapErr(err))
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, err)
+		}
+		removed = int(n)
+		if err := q.QueryRowContext(ctx, b.SQL.Running, id).Scan(&running); err != nil {
+			return fmt.Errorf("cancel process %q: %w", name, b.MapErr(err))
+		}
+		if removed == 0 {
+			return fmt.Errorf("cancel process %q: %w: it has no waiting or failed tasks (%d running)", name, dialect.ErrWrongState, running)
+		}
+		return nil
+	}, func(q dialect.Querier, id int64) error { return b.markCancelled(ctx, q, id, o) })
+	return removed, running, err
+}
+
+// withTask locks a task's process, then the task, checks its state with allow,
+// audits and runs stmt; then it re-derives the process's stage.
+func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string, o dialect.Outcome) error {
+	return b.InTx(ctx, nil, func(q dialect.Querier) error {
+		var pid int64
+		err := q.QueryRowContext(ctx, b.SQL.TaskProcess, id).Scan(&pid)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("task %d: %w", id, b.MapErr(err))
+		}
+		if b.SQL.LockProcessByID != "" {
+			if _, err := q.ExecContext(ctx, b.SQL.LockProcessByID, pid); err != nil {
+				return fmt.Errorf("task %d: lock process: %w", id, b.MapErr(err))
+			}
+		}
+		var state, worker string
+		err = q.QueryRowContext(ctx, b.SQL.TaskLock, id).Scan(&state, &worker)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("task %d: %w (it finished meanwhile)", id, dialect.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("task %d: %w", id, b.MapErr(err))
+		}
+		if err := allow(state, worker); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		if err := b.audit(ctx, q, b.SQL.AuditTask, id, o); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
+			return fmt.Errorf("task %d: %w", id, b.MapErr(err))
+		}
+		if err := b.OpenStage(ctx, q, pid); err != nil {
+			return fmt.Errorf("task %d: open stage: %w", id, err)
+		}
+		if err := b.markCancelled(ctx, q, pid, o); err != nil {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// TaskRetry implements dialect.Operator.
+func (b *Base) TaskRetry(ctx context.Context, id int64) error {
+	return b.withTask(ctx, id, dialect.AllowRetry, b.SQL.RetryTask, dialect.OutcomeRetried)
+}
+
+// TaskDiscard implements dialect.Operator.
+func (b *Base) TaskDiscard(ctx context.Context, id int64) error {
+	return b.withTask(ctx, id, dialect.AllowDiscard, b.SQL.DeleteTask, dialect.OutcomeDiscarded)
+}
+
+// TaskCancel implements dialect.Operator.
+func (b *Base) TaskCancel(ctx context.Context, id int64) error {
+	return b.withTask(ctx, id, dialect.AllowCancel, b.SQL.DeleteTask, dialect.OutcomeCancelled)
+}
+
+// ProcessList implements dialect.Operator.
+func (b *Base) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
+	return dialect.CollectProcessStatus(ctx, b.Pool, f, b.SQL.ProcessList, b.SQL.StageCount, b.SQL.StageDone, b.MapErr)
+}
+
+// WorkerList implements dialect.Operator.
+func (b *Base) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.WorkerList, func(r *sql.Rows, w *dialect.WorkerStatus) error {
+		var started, beat, stopped, now dialect.TimeScan
+		if err := r.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &started, &beat,
+			&stopped, &w.Running, &now); err != nil {
+			return err
+		}
+		w.StartedAt, w.HeartbeatAt, w.StoppedAt, w.Now = started.Time, beat.Time, stopped.Ptr(), now.Time
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stageq/stageq/dialect/sqlbase"
+)
+
+// base gives sqlbase the statements of operate.go, read.go, limits.go and
+// prune.go and the steps SQLite takes its own way: one write transaction
+// (BEGIN IMMEDIATE) is the lock that PostgreSQL takes on the process row,
+// the stage is re-derived in Go (stage.go), and times are UTC text.
+func (s *SQLite) base() sqlbase.Base {
+	return sqlbase.Base{
+		Pool:      s.pool(),
+		InTx:      s.inTx,
+		MapErr:    mapErr,
+		Time:      func(t time.Time) any { return formatTime(t) },
+		OpenStage: openStage,
+		Configure: configure,
+		PruneAge:  s.pruneCutoff,
+		SQL: sqlbase.Statements{
+			LockProcess:    opProcessIDSQL,
+			Pause:          opPauseSQL,
+			AuditFailed:    opAuditFailedSQL,
+			RetryProcess:   opRetryProcessSQL,
+			DiscardProcess: opDiscardProcessSQL,
+			AuditCancel:    opAuditCancelSQL,
+			CancelProcess:  opCancelProcessSQL,
+			Running:        opRunningSQL,
+			TaskProcess:    opTaskProcessSQL,
+			TaskLock:       opTaskSQL,
+			AuditTask:      opAuditTaskSQL,
+			RetryTask:      opRetryTaskSQL,
+			DeleteTask:     opDeleteTaskSQL,
+			MarkCancelled:  opMarkCancelledSQL,
+			ProcessList:    opProcessListSQL,
+			StageCount:     opStageCountSQL,
+			StageDone:      opStageDoneSQL,
+			WorkerList:     opWorkerListSQL,
+			LogList:        logListSQL,
+			TaskList:       taskListSQL,
+			ProcessGet:     processGetSQL,
+			LimitUpsert:    limitUpsertSQL,
+			LimitDelete:    limitDeleteSQL,
+			LimitList:      limitListSQL,
+			PruneLogs:      pruneLogsSQL,
+			PruneWorkers:   pruneWorkersSQL,
+			PruneProcesses: pruneProcessesSQL,
+			PruneRecord:    pruneRecordSQL,
+			PruneLast:      pruneLastSQL,
+		},
+	}
+}
+
+// pruneCutoff is the time a retention age reaches back to on the database's
+// clock, as the prune statements compare it with stored times.
+func (s *SQLite) pruneCutoff(ctx context.Context, age time.Duration) (any, error) {
+	var cutoff string
+	mod := fmt.Sprintf("-%.3f seconds", age.Seconds())
+	if err := s.pool().QueryRowContext(ctx, pruneCutoffSQL, mod).Scan(&cutoff); err != nil {
+		return nil, mapErr(err)
+	}
+	return cutoff, nil
+}
