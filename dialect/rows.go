@@ -38,3 +38,83 @@ func (t TimeScan) Ptr() *time.Time {
 	}
 	return &t.Time
 }
+
+// The scanners below read the rows that every dialect's list statements
+// return, in the column order their doc comments give; times may come as
+// time.Time or as SQLite's text (TimeScan).
+
+// ScanLogEntry reads id, task, process id and name, order, kind, body, worker,
+// attempt, started_at, ended_at, outcome, error, retry_at, schedule.
+func ScanLogEntry(r *sql.Rows, e *LogEntry) error {
+	var started, ended, retry TimeScan
+	var outcome string
+	if err := r.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
+		&e.WorkerID, &e.Attempt, &started, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
+		return err
+	}
+	e.Outcome, e.StartedAt, e.EndedAt, e.RetryAt = Outcome(outcome), started.Time, ended.Ptr(), retry.Ptr()
+	return nil
+}
+
+// ScanTaskInfo reads id, process, order, kind, body, state, attempt,
+// max_attempts, priority, run_at, worker, last error.
+func ScanTaskInfo(r *sql.Rows, t *TaskInfo) error {
+	var runAt TimeScan
+	if err := r.Scan(&t.ID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
+		&t.MaxAttempts, &t.Priority, &runAt, &t.WorkerID, &t.LastError); err != nil {
+		return err
+	}
+	t.RunAt = runAt.Time
+	return nil
+}
+
+// ScanWorkerStatus reads id, hostname, pid, concurrency, version, started_at,
+// heartbeat_at, stopped_at, running tasks, the database's now.
+func ScanWorkerStatus(r *sql.Rows, w *WorkerStatus) error {
+	var started, beat, stopped, now TimeScan
+	if err := r.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &started, &beat,
+		&stopped, &w.Running, &now); err != nil {
+		return err
+	}
+	w.StartedAt, w.HeartbeatAt, w.StoppedAt, w.Now = started.Time, beat.Time, stopped.Ptr(), now.Time
+	return nil
+}
+
+// ScanLimitInfo reads key, max, updated_at, running.
+func ScanLimitInfo(r *sql.Rows, l *LimitInfo) error {
+	var updated TimeScan
+	if err := r.Scan(&l.Key, &l.Max, &updated, &l.Running); err != nil {
+		return err
+	}
+	l.UpdatedAt = updated.Time
+	return nil
+}
+
+// ScanSchedule reads a schedule's columns through scan (a Row's or Rows' Scan,
+// possibly extended with more destinations by the caller): id, name, cron,
+// interval ms, plan, missed, grace ms, singleton, paused, next_run, last_run,
+// last outcome, last worker, last_fired_at.
+func ScanSchedule(scan func(dest ...any) error) (ScheduleInfo, error) {
+	var s ScheduleInfo
+	var intervalMS, graceMS int64
+	var next, lastRun, lastFired TimeScan
+	if err := scan(&s.ID, &s.Name, &s.Cron, &intervalMS, &s.Plan, &s.Missed, &graceMS, &s.Singleton, &s.Paused,
+		&next, &lastRun, &s.LastOutcome, &s.LastWorkerID, &lastFired); err != nil {
+		return s, err
+	}
+	s.Interval = time.Duration(intervalMS) * time.Millisecond
+	s.Grace = time.Duration(graceMS) * time.Millisecond
+	s.NextRun, s.LastRun, s.LastFiredAt = next.Time, lastRun.Ptr(), lastFired.Ptr()
+	return s, nil
+}
+
+// ScanScheduleRun reads scheduled_for, outcome, process id, task count, worker,
+// fired_at.
+func ScanScheduleRun(r *sql.Rows, run *ScheduleRun) error {
+	var at, fired TimeScan
+	if err := r.Scan(&at, &run.Outcome, &run.ProcessID, &run.TaskCount, &run.WorkerID, &fired); err != nil {
+		return err
+	}
+	run.ScheduledFor, run.FiredAt = at.Time, fired.Time
+	return nil
+}

@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/dialect/sqlbase"
 )
@@ -33,6 +35,8 @@ func (p *Postgres) base() sqlbase.Base {
 			return nil
 		},
 		PruneAge: func(_ context.Context, age time.Duration) (any, error) { return age.Milliseconds(), nil },
+		IsUnique: isUnique,
+		IDs:      func(ids []int64) (any, error) { return ids, nil },
 		SQL: sqlbase.Statements{
 			LockProcess:     lockProcessSQL,
 			LockProcessByID: lockProcessByIDSQL,
@@ -64,6 +68,23 @@ func (p *Postgres) base() sqlbase.Base {
 			PruneRecord:     pruneRecordSQL,
 			PruneLast:       pruneLastSQL,
 		},
+		Schedule: sqlbase.ScheduleStatements{
+			Create:     scheduleCreateSQL,
+			List:       scheduleListSQL,
+			Pause:      schedulePauseSQL,
+			Delete:     scheduleDeleteSQL,
+			LockDue:    scheduleLockDueSQL,
+			Lock:       scheduleLockSQL,
+			Unfinished: scheduleUnfinishedSQL,
+			Tag:        scheduleTagSQL,
+			Run:        scheduleRunSQL,
+			Advance:    scheduleAdvanceSQL,
+			Touch:      scheduleTouchSQL,
+			PruneRuns:  schedulePruneSQL,
+			NextDue:    scheduleNextDueSQL,
+			RunList:    scheduleRunListSQL,
+			ClockNow:   clockNowSQL,
+		},
 	}
 }
 
@@ -85,4 +106,10 @@ func (p *Postgres) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
 	return nil
+}
+
+// isUnique reports a unique_violation (23505).
+func isUnique(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }

@@ -1,5 +1,5 @@
 // Package sqlbase is the Go that the SQL dialects share around their statements:
-// the operator actions, the reads, limits and retention. A dialect gives a Base
+// the operator actions, the reads, limits, retention and schedules. A dialect gives a Base
 // its statements and the few steps that differ (how it opens a write
 // transaction, how it re-derives a process's stage, how it takes a time) and
 // embeds it, so the loops, locks order, errors and audit rows are written once.
@@ -37,8 +37,15 @@ type Base struct {
 	// PruneAge is a retention age as the prune statements take it (their first
 	// parameter): milliseconds, or a cut-off time read from the database clock.
 	PruneAge func(ctx context.Context, age time.Duration) (any, error)
+	// IsUnique reports a unique-key violation (a schedule's name, a tick run
+	// twice).
+	IsUnique func(error) bool
+	// IDs is a list of ids as the statements take it: an array, or JSON where
+	// the database has none.
+	IDs func([]int64) (any, error)
 
-	SQL Statements
+	SQL      Statements
+	Schedule ScheduleStatements
 }
 
 // Statements are a dialect's texts for Base. "In" lists the parameters in

@@ -2,7 +2,6 @@ package sqlbase
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 
@@ -46,14 +45,7 @@ func (b *Base) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
 }
 
 func (b *Base) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LimitList, func(r *sql.Rows, l *dialect.LimitInfo) error {
-		var updated dialect.TimeScan
-		if err := r.Scan(&l.Key, &l.Max, &updated, &l.Running); err != nil {
-			return err
-		}
-		l.UpdatedAt = updated.Time
-		return nil
-	}, key)
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LimitList, dialect.ScanLimitInfo, key)
 	if err != nil {
 		return nil, fmt.Errorf("list limits: %w", err)
 	}

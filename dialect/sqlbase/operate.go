@@ -210,15 +210,7 @@ func (b *Base) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dial
 
 // WorkerList implements dialect.Operator.
 func (b *Base) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.WorkerList, func(r *sql.Rows, w *dialect.WorkerStatus) error {
-		var started, beat, stopped, now dialect.TimeScan
-		if err := r.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &started, &beat,
-			&stopped, &w.Running, &now); err != nil {
-			return err
-		}
-		w.StartedAt, w.HeartbeatAt, w.StoppedAt, w.Now = started.Time, beat.Time, stopped.Ptr(), now.Time
-		return nil
-	})
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.WorkerList, dialect.ScanWorkerStatus)
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}

@@ -23,16 +23,8 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 	if since.IsZero() {
 		since = time.Unix(0, 0)
 	}
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LogList, func(r *sql.Rows, e *dialect.LogEntry) error {
-		var started, ended, retry dialect.TimeScan
-		var outcome string
-		if err := r.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
-			&e.WorkerID, &e.Attempt, &started, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
-			return err
-		}
-		e.Outcome, e.StartedAt, e.EndedAt, e.RetryAt = dialect.Outcome(outcome), started.Time, ended.Ptr(), retry.Ptr()
-		return nil
-	}, f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), limit)
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LogList, dialect.ScanLogEntry,
+		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list logs: %w", err)
 	}
@@ -45,15 +37,8 @@ func (b *Base) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.Ta
 	if limit <= 0 {
 		limit = noLimit
 	}
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.TaskList, func(r *sql.Rows, t *dialect.TaskInfo) error {
-		var runAt dialect.TimeScan
-		if err := r.Scan(&t.ID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
-			&t.MaxAttempts, &t.Priority, &runAt, &t.WorkerID, &t.LastError); err != nil {
-			return err
-		}
-		t.RunAt = runAt.Time
-		return nil
-	}, f.Process, f.State, limit)
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.TaskList, dialect.ScanTaskInfo,
+		f.Process, f.State, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -21,6 +22,11 @@ func (s *SQLite) base() sqlbase.Base {
 		OpenStage: openStage,
 		Configure: configure,
 		PruneAge:  s.pruneCutoff,
+		IsUnique:  isUnique,
+		IDs: func(ids []int64) (any, error) { // SQLite has no arrays: json_each reads them
+			b, err := json.Marshal(ids)
+			return string(b), err
+		},
 		SQL: sqlbase.Statements{
 			LockProcess:    opProcessIDSQL,
 			Pause:          opPauseSQL,
@@ -51,6 +57,23 @@ func (s *SQLite) base() sqlbase.Base {
 			PruneProcesses: pruneProcessesSQL,
 			PruneRecord:    pruneRecordSQL,
 			PruneLast:      pruneLastSQL,
+		},
+		Schedule: sqlbase.ScheduleStatements{
+			Create:     scheduleCreateSQL,
+			List:       scheduleListSQL,
+			Pause:      schedulePauseSQL,
+			Delete:     scheduleDeleteSQL,
+			LockDue:    scheduleLockDueSQL,
+			Lock:       scheduleLockSQL,
+			Unfinished: scheduleUnfinishedSQL,
+			Tag:        scheduleTagSQL,
+			Run:        scheduleRunSQL,
+			Advance:    scheduleAdvanceSQL,
+			Touch:      scheduleTouchSQL,
+			PruneRuns:  schedulePruneSQL,
+			NextDue:    scheduleNextDueSQL,
+			RunList:    scheduleRunListSQL,
+			ClockNow:   clockNowSQL,
 		},
 	}
 }

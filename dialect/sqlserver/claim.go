@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -52,31 +53,18 @@ func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]di
 	if leaseMs < 1 || leaseMs > 1<<31-1 {
 		return nil, fmt.Errorf("claim: %w: lease must be between 1 ms and 24 days, got %s", dialect.ErrInvalid, cp.Lease)
 	}
-	var out []dialect.ClaimedTask
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, d.calls.SQL(claimSQL),
-			integer("pMax", int32(min(cp.Max, maxClaim))),
-			nvarchar("pWorkerId", cp.WorkerID),
-			bigint("pToken", cp.Token),
-			integer("pLeaseMs", int32(leaseMs)),
-			nvarchar("pKinds", kindsParam(cp.Kinds)))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			t := dialect.ClaimedTask{Token: cp.Token}
-			if err := rows.Scan(&t.ID, &t.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body,
-				&t.Attempt, &t.MaxAttempts, &t.Atomic, &t.Abandons); err != nil {
-				return err
-			}
-			out = append(out, t)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, d.calls.SQL(claimSQL), func(r *sql.Rows, t *dialect.ClaimedTask) error {
+		t.Token = cp.Token
+		return r.Scan(&t.ID, &t.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body,
+			&t.Attempt, &t.MaxAttempts, &t.Atomic, &t.Abandons)
+	},
+		integer("pMax", int32(min(cp.Max, maxClaim))),
+		nvarchar("pWorkerId", cp.WorkerID),
+		bigint("pToken", cp.Token),
+		integer("pLeaseMs", int32(leaseMs)),
+		nvarchar("pKinds", kindsParam(cp.Kinds)))
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", mapErr(err))
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	return out, nil
 }

@@ -170,25 +170,11 @@ OPTION (RECOMPILE);`
 
 // LeaseList implements dialect.Scheduler.
 func (d *SQLServer) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	var out []dialect.LeaseInfo
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, leaseListSQL, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var l dialect.LeaseInfo
-			if err := rows.Scan(&l.Name, &l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now); err != nil {
-				return err
-			}
-			out = append(out, l)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, leaseListSQL, func(r *sql.Rows, l *dialect.LeaseInfo) error {
+		return r.Scan(&l.Name, &l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now)
+	}, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
 	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", mapErr(err))
+		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	return out, nil
 }

@@ -69,13 +69,7 @@ func (d *SQLServer) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finis
 			bigint("pRetryMs", retryMs),
 			integer("pExpectTranCount", expect)).Scan(&held)
 	}
-	var err error
-	if expect == 0 {
-		err = d.retry(ctx, retrySafe, run)
-	} else {
-		err = run(ctx)
-	}
-	if err != nil {
+	if err := d.retryOn(ctx, tx, retrySafe, run); err != nil {
 		return fmt.Errorf("finish task %d: %w", fp.TaskID, mapErr(err))
 	}
 	if !held {

@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -48,28 +49,14 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}
-	var held []dialect.TaskLease
-	err = d.retry(ctx, retryAll, func(ctx context.Context) error {
-		held = nil
-		rows, err := d.db.QueryContext(ctx, extendSQL,
-			nvarchar("pWorkerId", ep.WorkerID),
-			integer("pLeaseMs", int32(leaseMs)),
-			nvarchar("pTasks", string(list)))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h dialect.TaskLease
-			if err := rows.Scan(&h.ID, &h.Token); err != nil {
-				return err
-			}
-			held = append(held, h)
-		}
-		return rows.Err()
-	})
+	held, err := queryAll(ctx, d, retryAll, extendSQL, func(r *sql.Rows, h *dialect.TaskLease) error {
+		return r.Scan(&h.ID, &h.Token)
+	},
+		nvarchar("pWorkerId", ep.WorkerID),
+		integer("pLeaseMs", int32(leaseMs)),
+		nvarchar("pTasks", string(list)))
 	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
+		return nil, fmt.Errorf("extend leases: %w", err)
 	}
 	return held, nil
 }

@@ -206,11 +206,7 @@ func (d *SQLServer) processOp(ctx context.Context, tx *sql.Tx, name, op string, 
 			integer("pMaxParallel", optInt(s.MaxParallel)), bit("pSetMaxParallel", s.MaxParallel != nil),
 			nvarchar("pWho", who), nvarchar("pNote", note)).Scan(&found, &rows, &running)
 	}
-	if tx == nil {
-		err = d.retry(ctx, retrySafe, run)
-	} else {
-		err = run(ctx)
-	}
+	err = d.retryOn(ctx, tx, retrySafe, run)
 	if err != nil {
 		return 0, 0, mapErr(err)
 	}
@@ -539,30 +535,9 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
 
 // WorkerList implements dialect.Operator.
 func (d *SQLServer) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	var out []dialect.WorkerStatus
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, workerListSQL)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var w dialect.WorkerStatus
-			var stopped sql.NullTime
-			if err := rows.Scan(&w.ID, &w.Hostname, &w.PID, &w.Concurrency, &w.Version, &w.StartedAt,
-				&w.HeartbeatAt, &stopped, &w.Running, &w.Now); err != nil {
-				return err
-			}
-			if stopped.Valid {
-				w.StoppedAt = &stopped.Time
-			}
-			out = append(out, w)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, workerListSQL, dialect.ScanWorkerStatus)
 	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", mapErr(err))
+		return nil, fmt.Errorf("list workers: %w", err)
 	}
 	return out, nil
 }
@@ -650,25 +625,9 @@ func (d *SQLServer) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) 
 }
 
 func (d *SQLServer) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	var out []dialect.LimitInfo
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, limitListSQL, nvarchar("pKey", key))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var l dialect.LimitInfo
-			if err := rows.Scan(&l.Key, &l.Max, &l.UpdatedAt, &l.Running); err != nil {
-				return err
-			}
-			out = append(out, l)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, limitListSQL, dialect.ScanLimitInfo, nvarchar("pKey", key))
 	if err != nil {
-		return nil, fmt.Errorf("list limits: %w", mapErr(err))
+		return nil, fmt.Errorf("list limits: %w", err)
 	}
 	return out, nil
 }

@@ -49,41 +49,15 @@ func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect
 	if since.IsZero() {
 		since = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	var out []dialect.LogEntry
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, logListSQL,
-			nvarchar("pProcess", f.Process),
-			bigint("pTaskId", f.TaskID),
-			nvarchar("pWorkerId", f.WorkerID),
-			nvarchar("pOutcome", string(f.Outcome)),
-			datetime2("pSince", since),
-			integer("pLimit", limit))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var e dialect.LogEntry
-			var ended, retry sql.NullTime
-			var outcome string
-			if err := rows.Scan(&e.ID, &e.TaskID, &e.ProcessID, &e.Process, &e.Order, &e.Kind, &e.Body,
-				&e.WorkerID, &e.Attempt, &e.StartedAt, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
-				return err
-			}
-			e.Outcome = dialect.Outcome(outcome)
-			if ended.Valid {
-				e.EndedAt = &ended.Time
-			}
-			if retry.Valid {
-				e.RetryAt = &retry.Time
-			}
-			out = append(out, e)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, logListSQL, dialect.ScanLogEntry,
+		nvarchar("pProcess", f.Process),
+		bigint("pTaskId", f.TaskID),
+		nvarchar("pWorkerId", f.WorkerID),
+		nvarchar("pOutcome", string(f.Outcome)),
+		datetime2("pSince", since),
+		integer("pLimit", limit))
 	if err != nil {
-		return nil, fmt.Errorf("list logs: %w", mapErr(err))
+		return nil, fmt.Errorf("list logs: %w", err)
 	}
 	return out, nil
 }
@@ -109,29 +83,12 @@ func (d *SQLServer) TaskList(ctx context.Context, f dialect.TaskFilter) ([]diale
 	if f.Limit > 0 {
 		limit = clampInt32(int64(f.Limit))
 	}
-	var out []dialect.TaskInfo
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, taskListSQL,
-			nvarchar("pProcess", f.Process),
-			nvarchar("pState", f.State),
-			integer("pLimit", limit))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var t dialect.TaskInfo
-			if err := rows.Scan(&t.ID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
-				&t.MaxAttempts, &t.Priority, &t.RunAt, &t.WorkerID, &t.LastError); err != nil {
-				return err
-			}
-			out = append(out, t)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, taskListSQL, dialect.ScanTaskInfo,
+		nvarchar("pProcess", f.Process),
+		nvarchar("pState", f.State),
+		integer("pLimit", limit))
 	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", mapErr(err))
+		return nil, fmt.Errorf("list tasks: %w", err)
 	}
 	return out, nil
 }

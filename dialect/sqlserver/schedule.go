@@ -60,12 +60,7 @@ func (d *SQLServer) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.S
 			bit("pPaused", sp.Paused),
 			datetime2("pNextRun", sp.NextRun)).Scan(&id)
 	}
-	var err error
-	if tx == nil {
-		err = d.retry(ctx, retrySafe, run)
-	} else {
-		err = run(ctx)
-	}
+	err := d.retryOn(ctx, tx, retrySafe, run)
 	if isUniqueViolation(err) {
 		return 0, fmt.Errorf("create schedule %q: %w", sp.Name, dialect.ErrExists)
 	}
@@ -89,25 +84,12 @@ OPTION (RECOMPILE);`
 
 // ScheduleList implements dialect.Scheduler.
 func (d *SQLServer) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]dialect.ScheduleInfo, error) {
-	var out []dialect.ScheduleInfo
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, scheduleListSQL, nvarchar("pName", f.Name))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			s, err := scanSchedule(rows.Scan)
-			if err != nil {
-				return err
-			}
-			out = append(out, s)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, scheduleListSQL, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
+		*s, err = dialect.ScanSchedule(r.Scan)
+		return err
+	}, nvarchar("pName", f.Name))
 	if err != nil {
-		return nil, fmt.Errorf("list schedules: %w", mapErr(err))
+		return nil, fmt.Errorf("list schedules: %w", err)
 	}
 	return out, nil
 }
@@ -198,7 +180,7 @@ SELECT TOP (1) s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), 
 // ScheduleLockDue implements dialect.Scheduler.
 func (d *SQLServer) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.ScheduleInfo, time.Time, bool, error) {
 	var now time.Time
-	s, err := scanSchedule(func(dest ...any) error {
+	s, err := dialect.ScanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockDueSQL).Scan(append(dest, &now)...)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -227,7 +209,7 @@ func (d *SQLServer) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (
 	if err := checkLen("schedule name", name, maxName); err != nil {
 		return dialect.ScheduleInfo{}, now, fmt.Errorf("lock schedule: %w", err)
 	}
-	s, err := scanSchedule(func(dest ...any) error {
+	s, err := dialect.ScanSchedule(func(dest ...any) error {
 		return tx.QueryRowContext(ctx, scheduleLockSQL, nvarchar("pName", name)).Scan(append(dest, &now)...)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -395,49 +377,13 @@ func (d *SQLServer) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFi
 	if f.Limit > 0 {
 		limit = clampInt32(int64(f.Limit))
 	}
-	var out []dialect.ScheduleRun
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out = nil
-		rows, err := d.db.QueryContext(ctx, scheduleRunListSQL, nvarchar("pName", f.Name), integer("pLimit", limit))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r dialect.ScheduleRun
-			if err := rows.Scan(&r.ScheduledFor, &r.Outcome, &r.ProcessID, &r.TaskCount, &r.WorkerID, &r.FiredAt); err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
-	})
+	out, err := queryAll(ctx, d, retryAll, scheduleRunListSQL, dialect.ScanScheduleRun,
+		nvarchar("pName", f.Name), integer("pLimit", limit))
 	if err != nil {
-		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, mapErr(err))
+		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, err)
 	}
 	slices.Reverse(out) // newest first in the query (for its LIMIT), oldest first here
 	return out, nil
-}
-
-// scanSchedule reads the schedule columns (in the order of the statements above)
-// through scan, possibly extended with more destinations by the caller.
-func scanSchedule(scan func(dest ...any) error) (dialect.ScheduleInfo, error) {
-	var s dialect.ScheduleInfo
-	var intervalMS, graceMS int64
-	var lastRun, lastFired sql.NullTime
-	if err := scan(&s.ID, &s.Name, &s.Cron, &intervalMS, &s.Plan, &s.Missed, &graceMS, &s.Singleton, &s.Paused,
-		&s.NextRun, &lastRun, &s.LastOutcome, &s.LastWorkerID, &lastFired); err != nil {
-		return s, err
-	}
-	s.Interval = time.Duration(intervalMS) * time.Millisecond
-	s.Grace = time.Duration(graceMS) * time.Millisecond
-	if lastRun.Valid {
-		s.LastRun = &lastRun.Time
-	}
-	if lastFired.Valid {
-		s.LastFiredAt = &lastFired.Time
-	}
-	return s, nil
 }
 
 // clockNowSQL reads the database's clock, the one every lease and tick is judged
@@ -449,13 +395,7 @@ func (d *SQLServer) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error)
 	var now time.Time
 	q := dialect.On(d.db, tx)
 	run := func(ctx context.Context) error { return q.QueryRowContext(ctx, clockNowSQL).Scan(&now) }
-	var err error
-	if tx == nil {
-		err = d.retry(ctx, retryAll, run)
-	} else {
-		err = run(ctx)
-	}
-	if err != nil {
+	if err := d.retryOn(ctx, tx, retryAll, run); err != nil {
 		return now, fmt.Errorf("read the database clock: %w", mapErr(err))
 	}
 	return now.UTC(), nil

@@ -583,23 +583,29 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 					}
 				}
 			case *ast.CallExpr:
-				sel, ok := n.Fun.(*ast.SelectorExpr)
-				if !ok {
-					return true
+				// queryAll(ctx, d, mode, query, scan, args...) sends its query as
+				// d.db.QueryContext(ctx, query, args...) does.
+				name, queryAt, argsAt := "", 1, 2
+				if fn, ok := n.Fun.(*ast.Ident); ok && fn.Name == "queryAll" {
+					name, queryAt, argsAt = fn.Name, 3, 5
+				} else if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
+					if pkg, ok := sel.X.(*ast.Ident); ok && ((pkg.Name == "fmt" && strings.HasPrefix(sel.Sel.Name, "Sprint")) ||
+						(pkg.Name == "strings" && (sel.Sel.Name == "Join" || sel.Sel.Name == "Builder"))) {
+						t.Errorf("%s: %s.%s in the dialect; SQL is never built at run time (errors use fmt.Errorf)", fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
+					}
+					if execFuncs[sel.Sel.Name] {
+						name = sel.Sel.Name
+					}
 				}
-				if pkg, ok := sel.X.(*ast.Ident); ok && ((pkg.Name == "fmt" && strings.HasPrefix(sel.Sel.Name, "Sprint")) ||
-					(pkg.Name == "strings" && (sel.Sel.Name == "Join" || sel.Sel.Name == "Builder"))) {
-					t.Errorf("%s: %s.%s in the dialect; SQL is never built at run time (errors use fmt.Errorf)", fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
-				}
-				if !execFuncs[sel.Sel.Name] {
+				if name == "" {
 					return true
 				}
 				pos := fset.Position(n.Pos())
-				if len(n.Args) < 2 {
-					t.Errorf("%s: %s without a query", pos, sel.Sel.Name)
+				if len(n.Args) < argsAt {
+					t.Errorf("%s: %s without a query", pos, name)
 					return true
 				}
-				query := n.Args[1]
+				query := n.Args[queryAt]
 				// d.calls.SQL(claimSQL): a constant rendered for the routine version.
 				if c, ok := query.(*ast.CallExpr); ok && len(c.Args) == 1 {
 					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "SQL" {
@@ -608,14 +614,14 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 				}
 				id, ok := query.(*ast.Ident)
 				if !ok || consts[id.Name] == nil {
-					t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, sel.Sel.Name, n.Args[1])
+					t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, name, n.Args[queryAt])
 					return true
 				}
 				called[id.Name] = true
 				sqlText, _ := strconv.Unquote(consts[id.Name].Value)
 				st := registered[sqlText]
 				var passed []string
-				for _, a := range n.Args[2:] {
+				for _, a := range n.Args[argsAt:] {
 					c, ok := a.(*ast.CallExpr)
 					fn, isIdent := func() (*ast.Ident, bool) {
 						if !ok {

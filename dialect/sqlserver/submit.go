@@ -80,11 +80,7 @@ func (d *SQLServer) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitPar
 		}
 		return rows.Err()
 	}
-	if tx == nil {
-		err = d.retry(ctx, retrySafe, run)
-	} else {
-		err = run(ctx)
-	}
+	err = d.retryOn(ctx, tx, retrySafe, run)
 	if err != nil {
 		return dialect.SubmitResult{}, fmt.Errorf("submit: %w", mapErr(err))
 	}

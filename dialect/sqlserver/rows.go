@@ -1,0 +1,36 @@
+package sqlserver
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// retryOn runs f on the pool with retry's backoff, or once when the caller gave
+// a transaction: a deadlock has already rolled that transaction back, and only
+// the caller can start it again.
+func (d *SQLServer) retryOn(ctx context.Context, tx *sql.Tx, mode retryMode, f func(ctx context.Context) error) error {
+	if tx != nil {
+		return f(ctx)
+	}
+	return d.retry(ctx, mode, f)
+}
+
+// queryAll runs stmt on the pool, retried as mode allows, and reads every row
+// with scan (a retry starts the list again). Errors are mapped (mapErr).
+func queryAll[T any](ctx context.Context, d *SQLServer, mode retryMode, stmt string, scan func(r *sql.Rows, v *T) error, args ...any) ([]T, error) {
+	var out []T
+	err := d.retry(ctx, mode, func(ctx context.Context) error {
+		var err error
+		out, err = dialect.QueryAll(ctx, d.db, noMap, stmt, scan, args...)
+		return err
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
+// noMap leaves an error as the driver gave it, for retry to classify.
+func noMap(err error) error { return err }
