@@ -37,6 +37,7 @@ func (p *Postgres) base() sqlbase.Base {
 		PruneAge: func(_ context.Context, age time.Duration) (any, error) { return age.Milliseconds(), nil },
 		IsUnique: isUnique,
 		IDs:      func(ids []int64) (any, error) { return ids, nil },
+		Interval: func(d time.Duration) any { return d.Milliseconds() },
 		SQL: sqlbase.Statements{
 			LockProcess:     lockProcessSQL,
 			LockProcessByID: lockProcessByIDSQL,
@@ -84,6 +85,13 @@ func (p *Postgres) base() sqlbase.Base {
 			NextDue:    scheduleNextDueSQL,
 			RunList:    scheduleRunListSQL,
 			ClockNow:   clockNowSQL,
+		},
+		Lease: sqlbase.LeaseStatements{
+			Acquire: leaseAcquireSQL,
+			Get:     leaseGetSQL,
+			Extend:  leaseExtendSQL,
+			Release: leaseReleaseSQL,
+			List:    leaseListSQL,
 		},
 	}
 }

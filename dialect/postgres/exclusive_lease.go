@@ -1,14 +1,5 @@
 package postgres
 
-import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-
-	"github.com/stageq/stageq/dialect"
-)
-
 // leaseAcquireSQL takes lease $1 for holder $2 for $3 ms in one statement: it
 // inserts a new lease (token 1), takes over a released or expired one (token+1:
 // the fence every earlier holder's writes are checked against), or re-acquires
@@ -32,27 +23,6 @@ RETURNING token, acquired_at, expires_at, now()`
 const leaseGetSQL = `
 SELECT coalesce(holder, ''), token, acquired_at, expires_at, now() FROM stageq.exclusive_leases WHERE name = $1`
 
-// LeaseTryAcquire implements dialect.Scheduler.
-func (p *Postgres) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParams) (dialect.LeaseInfo, bool, error) {
-	l := dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder}
-	err := p.db.QueryRowContext(ctx, leaseAcquireSQL, lp.Name, lp.Holder, lp.TTL.Milliseconds()).
-		Scan(&l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now)
-	if err == nil {
-		return l, true, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return l, false, fmt.Errorf("acquire lease %q: %w", lp.Name, mapErr(err))
-	}
-	// Held by someone else: say by whom, for the caller's message. The holder may
-	// have released it since, which only makes the answer stale, never wrong to act on.
-	l = dialect.LeaseInfo{Name: lp.Name}
-	err = p.db.QueryRowContext(ctx, leaseGetSQL, lp.Name).Scan(&l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return l, false, fmt.Errorf("acquire lease %q: read holder: %w", lp.Name, mapErr(err))
-	}
-	return l, false, nil
-}
-
 // leaseExtendSQL pushes the expiry of a live lease held with the token. In: name,
 // holder, token, ttl ms. Out: acquired_at, expires_at, now; no row when lost.
 const leaseExtendSQL = `
@@ -61,38 +31,12 @@ UPDATE stageq.exclusive_leases
  WHERE name = $1 AND holder = $2 AND token = $3 AND expires_at > now()
 RETURNING acquired_at, expires_at, now()`
 
-// LeaseExtend implements dialect.Scheduler.
-func (p *Postgres) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (dialect.LeaseInfo, error) {
-	l := dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}
-	err := p.db.QueryRowContext(ctx, leaseExtendSQL, lp.Name, lp.Holder, lp.Token, lp.TTL.Milliseconds()).
-		Scan(&l.AcquiredAt, &l.ExpiresAt, &l.Now)
-	if errors.Is(err, sql.ErrNoRows) {
-		return l, fmt.Errorf("extend lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
-	}
-	if err != nil {
-		return l, fmt.Errorf("extend lease %q: %w", lp.Name, mapErr(err))
-	}
-	return l, nil
-}
-
 // leaseReleaseSQL frees a lease, fenced by holder and token; the row stays so the
 // next holder's token is higher. In: name, holder, token.
 const leaseReleaseSQL = `
 UPDATE stageq.exclusive_leases
    SET holder = NULL, expires_at = least(expires_at, now()), updated_at = now()
  WHERE name = $1 AND holder = $2 AND token = $3`
-
-// LeaseRelease implements dialect.Scheduler.
-func (p *Postgres) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) error {
-	res, err := p.db.ExecContext(ctx, leaseReleaseSQL, lp.Name, lp.Holder, lp.Token)
-	if err != nil {
-		return fmt.Errorf("release lease %q: %w", lp.Name, mapErr(err))
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("release lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
-	}
-	return nil
-}
 
 // In: name (empty for all), held only. Out: leases by name.
 const leaseListSQL = `
@@ -101,24 +45,3 @@ SELECT name, coalesce(holder, ''), token, acquired_at, expires_at, now()
  WHERE ($1 = '' OR name = $1)
    AND (NOT $2 OR (holder IS NOT NULL AND expires_at > now()))
  ORDER BY name`
-
-// LeaseList implements dialect.Scheduler.
-func (p *Postgres) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	rows, err := p.db.QueryContext(ctx, leaseListSQL, f.Name, f.HeldOnly)
-	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", mapErr(err))
-	}
-	defer rows.Close()
-	var out []dialect.LeaseInfo
-	for rows.Next() {
-		var l dialect.LeaseInfo
-		if err := rows.Scan(&l.Name, &l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now); err != nil {
-			return nil, fmt.Errorf("list leases: %w", err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list leases: %w", mapErr(err))
-	}
-	return out, nil
-}

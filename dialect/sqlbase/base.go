@@ -1,5 +1,6 @@
 // Package sqlbase is the Go that the SQL dialects share around their statements:
-// the operator actions, the reads, limits, retention and schedules. A dialect gives a Base
+// the operator actions, the reads, limits, retention, schedules and
+// exclusive leases. A dialect gives a Base
 // its statements and the few steps that differ (how it opens a write
 // transaction, how it re-derives a process's stage, how it takes a time) and
 // embeds it, so the loops, locks order, errors and audit rows are written once.
@@ -43,9 +44,12 @@ type Base struct {
 	// IDs is a list of ids as the statements take it: an array, or JSON where
 	// the database has none.
 	IDs func([]int64) (any, error)
+	// Interval is a lease's time to live as the lease statements take it.
+	Interval func(time.Duration) any
 
 	SQL      Statements
 	Schedule ScheduleStatements
+	Lease    LeaseStatements
 }
 
 // Statements are a dialect's texts for Base. "In" lists the parameters in

@@ -27,6 +27,7 @@ func (s *SQLite) base() sqlbase.Base {
 			b, err := json.Marshal(ids)
 			return string(b), err
 		},
+		Interval: func(d time.Duration) any { return offset(d) },
 		SQL: sqlbase.Statements{
 			LockProcess:    opProcessIDSQL,
 			Pause:          opPauseSQL,
@@ -74,6 +75,13 @@ func (s *SQLite) base() sqlbase.Base {
 			NextDue:    scheduleNextDueSQL,
 			RunList:    scheduleRunListSQL,
 			ClockNow:   clockNowSQL,
+		},
+		Lease: sqlbase.LeaseStatements{
+			Acquire: leaseAcquireSQL,
+			Get:     leaseGetSQL,
+			Extend:  leaseExtendSQL,
+			Release: leaseReleaseSQL,
+			List:    leaseListSQL,
 		},
 	}
 }

@@ -1,0 +1,124 @@
+package sqlbase
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// LeaseStatements are a dialect's texts for exclusive leases. Each runs in a
+// write transaction of its own (InTx): SQLite needs its write lock from the
+// start, or a statement that reads and then writes can fail to upgrade.
+type LeaseStatements struct {
+	// Acquire takes a lease in one statement: a new one (token 1), a released
+	// or expired one (token + 1, the fence), or the holder's own live one (same
+	// token). In: name, holder, TTL (Interval). Out: token, acquired_at,
+	// expires_at, now; no row when another holder has it.
+	Acquire string
+	// Get reads one lease. In: name. Out: holder, token, acquired_at,
+	// expires_at, now.
+	Get string
+	// Extend pushes the expiry of a live lease held with the token. In: name,
+	// holder, token, TTL (Interval). Out: acquired_at, expires_at, now; no row
+	// when it was lost.
+	Extend string
+	// Release frees a lease, fenced by holder and token; the row stays so the
+	// next token is higher. In: name, holder, token.
+	Release string
+	// List: in name ("" for all), held only. Out: name, holder, token,
+	// acquired_at, expires_at, now, by name.
+	List string
+}
+
+// scanLease reads the leading destinations, then acquired_at, expires_at and
+// now into l.
+func scanLease(row *sql.Row, l *dialect.LeaseInfo, lead ...any) error {
+	var acquired, expires, now dialect.TimeScan
+	if err := row.Scan(append(lead, &acquired, &expires, &now)...); err != nil {
+		return err
+	}
+	l.AcquiredAt, l.ExpiresAt, l.Now = acquired.Time, expires.Time, now.Time
+	return nil
+}
+
+// LeaseTryAcquire implements dialect.Scheduler.
+func (b *Base) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParams) (dialect.LeaseInfo, bool, error) {
+	var l dialect.LeaseInfo
+	acquired := false
+	err := b.InTx(ctx, nil, func(q dialect.Querier) error {
+		l = dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder}
+		err := scanLease(q.QueryRowContext(ctx, b.Lease.Acquire, lp.Name, lp.Holder, b.Interval(lp.TTL)), &l, &l.Token)
+		if err == nil {
+			acquired = true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return b.MapErr(err)
+		}
+		// Held by someone else: say by whom, for the caller's message.
+		l = dialect.LeaseInfo{Name: lp.Name}
+		err = scanLease(q.QueryRowContext(ctx, b.Lease.Get, lp.Name), &l, &l.Holder, &l.Token)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("read holder: %w", b.MapErr(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return l, false, fmt.Errorf("acquire lease %q: %w", lp.Name, err)
+	}
+	return l, acquired, nil
+}
+
+// LeaseExtend implements dialect.Scheduler.
+func (b *Base) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (dialect.LeaseInfo, error) {
+	l := dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}
+	err := b.InTx(ctx, nil, func(q dialect.Querier) error {
+		return scanLease(q.QueryRowContext(ctx, b.Lease.Extend, lp.Name, lp.Holder, lp.Token, b.Interval(lp.TTL)), &l)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, fmt.Errorf("extend lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
+	}
+	if err != nil {
+		return l, fmt.Errorf("extend lease %q: %w", lp.Name, b.MapErr(err))
+	}
+	return l, nil
+}
+
+// LeaseRelease implements dialect.Scheduler.
+func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) error {
+	var n int64
+	err := b.InTx(ctx, nil, func(q dialect.Querier) error {
+		res, err := q.ExecContext(ctx, b.Lease.Release, lp.Name, lp.Holder, lp.Token)
+		if err != nil {
+			return b.MapErr(err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release lease %q: %w", lp.Name, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("release lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
+	}
+	return nil
+}
+
+// LeaseList implements dialect.Scheduler.
+func (b *Base) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Lease.List, func(r *sql.Rows, l *dialect.LeaseInfo) error {
+		var acquired, expires, now dialect.TimeScan
+		if err := r.Scan(&l.Name, &l.Holder, &l.Token, &acquired, &expires, &now); err != nil {
+			return err
+		}
+		l.AcquiredAt, l.ExpiresAt, l.Now = acquired.Time, expires.Time, now.Time
+		return nil
+	}, f.Name, f.HeldOnly)
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
+}
