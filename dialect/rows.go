@@ -118,3 +118,6 @@ func ScanScheduleRun(r *sql.Rows, run *ScheduleRun) error {
 	run.ScheduledFor, run.FiredAt = at.Time, fired.Time
 	return nil
 }
+
+// ScanTaskLease reads a task's id and lease token.
+func ScanTaskLease(r *sql.Rows, l *TaskLease) error { return r.Scan(&l.ID, &l.Token) }

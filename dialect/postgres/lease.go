@@ -23,20 +23,11 @@ func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams
 	for i, t := range ep.Tasks {
 		ids[i], tokens[i] = t.ID, t.Token
 	}
-	rows, err := p.db.QueryContext(ctx, extendSQL, ep.WorkerID, ep.Lease.Milliseconds(), ids, tokens)
+	held, err := dialect.QueryAll(ctx, p.db, mapErr, extendSQL, dialect.ScanTaskLease, ep.WorkerID, ep.Lease.Milliseconds(), ids, tokens)
 	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
+		return nil, fmt.Errorf("extend leases: %w", err)
 	}
-	defer rows.Close()
-	var held []dialect.TaskLease
-	for rows.Next() {
-		var h dialect.TaskLease
-		if err := rows.Scan(&h.ID, &h.Token); err != nil {
-			return nil, fmt.Errorf("extend leases: %w", err)
-		}
-		held = append(held, h)
-	}
-	return held, rows.Err()
+	return held, nil
 }
 
 // rescueSQL calls rescue (routines/postgres/60_rescue.sql). In: rows per pass. Out:

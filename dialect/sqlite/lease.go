@@ -27,20 +27,11 @@ func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) 
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}
-	rows, err := s.pool().QueryContext(ctx, extendSQL, offset(ep.Lease), ep.WorkerID, string(list))
+	held, err := dialect.QueryAll(ctx, s.pool(), mapErr, extendSQL, dialect.ScanTaskLease, offset(ep.Lease), ep.WorkerID, string(list))
 	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", mapErr(err))
+		return nil, fmt.Errorf("extend leases: %w", err)
 	}
-	defer rows.Close()
-	var held []dialect.TaskLease
-	for rows.Next() {
-		var h dialect.TaskLease
-		if err := rows.Scan(&h.ID, &h.Token); err != nil {
-			return nil, fmt.Errorf("extend leases: %w", err)
-		}
-		held = append(held, h)
-	}
-	return held, rows.Err()
+	return held, nil
 }
 
 const (

@@ -2,7 +2,6 @@ package sqlserver
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -49,9 +48,7 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}
-	held, err := queryAll(ctx, d, retryAll, extendSQL, func(r *sql.Rows, h *dialect.TaskLease) error {
-		return r.Scan(&h.ID, &h.Token)
-	},
+	held, err := queryAll(ctx, d, retryAll, extendSQL, dialect.ScanTaskLease,
 		nvarchar("pWorkerId", ep.WorkerID),
 		integer("pLeaseMs", int32(leaseMs)),
 		nvarchar("pTasks", string(list)))
