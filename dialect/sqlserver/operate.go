@@ -241,24 +241,23 @@ func (d *SQLServer) ProcessSetPaused(ctx context.Context, name string, paused bo
 
 // ProcessRetry implements dialect.Operator.
 func (d *SQLServer) ProcessRetry(ctx context.Context, name string) (int, error) {
-	n, _, err := d.processOp(ctx, nil, name, "retry", dialect.ProcessSettings{})
-	if err == nil && n == 0 {
-		err = fmt.Errorf("%w: it has no failed tasks", dialect.ErrWrongState)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("retry process %q: %w", name, err)
-	}
-	return n, nil
+	return d.processFailed(ctx, name, "retry")
 }
 
 // ProcessDiscard implements dialect.Operator.
 func (d *SQLServer) ProcessDiscard(ctx context.Context, name string) (int, error) {
-	n, _, err := d.processOp(ctx, nil, name, "discard", dialect.ProcessSettings{})
+	return d.processFailed(ctx, name, "discard")
+}
+
+// processFailed runs op ('retry' or 'discard') on a process's failed tasks and
+// insists it changed something, so that a command with nothing to do says so.
+func (d *SQLServer) processFailed(ctx context.Context, name, op string) (int, error) {
+	n, _, err := d.processOp(ctx, nil, name, op, dialect.ProcessSettings{})
 	if err == nil && n == 0 {
 		err = fmt.Errorf("%w: it has no failed tasks", dialect.ErrWrongState)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("discard process %q: %w", name, err)
+		return 0, fmt.Errorf("%s process %q: %w", op, name, err)
 	}
 	return n, nil
 }

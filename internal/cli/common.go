@@ -175,3 +175,29 @@ func requireSubcommands(root *cobra.Command) {
 		}
 	}
 }
+
+// withOperator opens the queue at *dsn for one command and runs fn with its
+// Operator; the connection closes when fn returns.
+func withOperator(dsn *string, fn func(cmd *cobra.Command, args []string, op dialect.Operator) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, op, err := openOperator(cmd.Context(), *dsn)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(cmd, args, op)
+	}
+}
+
+// withDialect opens the database at *dsn for one command and runs fn with its
+// dialect; the connection closes when fn returns.
+func withDialect(dsn *string, fn func(cmd *cobra.Command, args []string, d dialect.Dialect) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		d, err := dialect.Open(cmd.Context(), *dsn)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return fn(cmd, args, d)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -49,12 +48,7 @@ The same holder acquiring again while its lease is live gets the same token.`,
 		Use:   "acquire NAME",
 		Short: "Take a lease if it is free or already yours; print its fencing token",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := openLeaseDialect(cmd, *dsn)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
 			l, err := lease.New(d, lease.Options{Holder: holder}).TryAcquire(cmd.Context(), args[0], ttl)
 			var held *lease.HeldError
 			switch {
@@ -69,7 +63,7 @@ The same holder acquiring again while its lease is live gets the same token.`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), l.Token())
 			return nil
-		},
+		}),
 	}
 	acquire.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "how long the lease lasts unless extended")
 	acquire.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of the bare token")
@@ -80,22 +74,20 @@ The same holder acquiring again while its lease is live gets the same token.`,
 		Use:   "extend NAME --token TOKEN",
 		Short: "Push a held lease's expiry to now + --ttl; exit 1 when it was lost",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		PreRunE: func(*cobra.Command, []string) error { // a bad flag is a usage error, before any connection
 			if extendTTL < lease.MinTTL {
 				return usageErrorf("--ttl must be at least %s, got %s", lease.MinTTL, extendTTL)
 			}
-			d, err := openLeaseDialect(cmd, *dsn)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+			return nil
+		},
+		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
 			info, err := d.LeaseExtend(cmd.Context(), dialect.LeaseExtendParams{Name: args[0], Holder: holder, Token: token, TTL: extendTTL})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lease %s (token %d) extended until %s\n", args[0], token, info.ExpiresAt.UTC().Format(time.RFC3339Nano))
 			return nil
-		},
+		}),
 	}
 	extend.Flags().Int64Var(&token, "token", 0, "the fencing token acquire printed")
 	extend.Flags().DurationVar(&extendTTL, "ttl", 30*time.Second, "new lifetime from now")
@@ -106,18 +98,13 @@ The same holder acquiring again while its lease is live gets the same token.`,
 		Use:   "release NAME --token TOKEN",
 		Short: "Free a lease you hold; exit 1, changing nothing, when it was lost",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := openLeaseDialect(cmd, *dsn)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
 			if err := d.LeaseRelease(cmd.Context(), dialect.LeaseReleaseParams{Name: args[0], Holder: holder, Token: relToken}); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lease %s released\n", args[0])
 			return nil
-		},
+		}),
 	}
 	release.Flags().Int64Var(&relToken, "token", 0, "the fencing token acquire printed")
 	_ = release.MarkFlagRequired("token")
@@ -127,22 +114,12 @@ The same holder acquiring again while its lease is live gets the same token.`,
 		Use:   "list",
 		Short: "Show leases: holder, token, expiry (held ones only unless --all)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := openLeaseDialect(cmd, *dsn)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
 			leases, err := lease.Leases(cmd.Context(), d, !all)
 			if err != nil {
 				return err
 			}
-			if listJSON {
-				return writeJSON(cmd.OutOrStdout(), leases)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tACQUIRED\tEXPIRES\tSTATE")
-			for _, l := range leases {
+			return writeList(cmd.OutOrStdout(), listJSON, leases, "NAME\tHOLDER\tTOKEN\tACQUIRED\tEXPIRES\tSTATE", func(l dialect.LeaseInfo) string {
 				state := "held"
 				switch {
 				case l.Holder == "":
@@ -150,12 +127,11 @@ The same holder acquiring again while its lease is live gets the same token.`,
 				case !l.Held():
 					state = "expired"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s (%s)\t%s\n", cell(l.Name, 40), cell(dash(l.Holder), 40), l.Token,
+				return fmt.Sprintf("%s\t%s\t%d\t%s\t%s (%s)\t%s", cell(l.Name, 40), cell(dash(l.Holder), 40), l.Token,
 					l.AcquiredAt.Local().Format("2006-01-02 15:04:05.000"), tableTime(l.ExpiresAt),
 					l.ExpiresAt.Sub(l.Now).Round(time.Millisecond), state)
-			}
-			return tw.Flush()
-		},
+			})
+		}),
 	}
 	list.Flags().BoolVar(&all, "all", false, "include released and expired leases")
 	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
@@ -164,14 +140,18 @@ The same holder acquiring again while its lease is live gets the same token.`,
 	return cmd
 }
 
-// openLeaseDialect opens the queue database, refusing a schema this binary does
-// not know (like every other command).
-func openLeaseDialect(cmd *cobra.Command, dsn string) (dialect.Dialect, error) {
-	c, err := openClient(cmd.Context(), dsn, false, zerolog.Nop())
-	if err != nil {
-		return nil, err
+// withLeaseDialect opens the queue database for one command, refusing a schema
+// this binary does not know (like every other command), and runs fn with its
+// dialect.
+func withLeaseDialect(dsn *string, fn func(cmd *cobra.Command, args []string, d dialect.Dialect) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(cmd, args, c.Dialect())
 	}
-	return c.Dialect(), nil
 }
 
 // leaseErr turns invalid names and ttls into usage errors (exit code 2).

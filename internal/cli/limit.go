@@ -5,7 +5,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -63,12 +62,7 @@ finish and starts no new ones above it. 0 stops a named or kind limit's tasks.`,
 		Use:   "get KEY",
 		Short: "Show a limit and its slots in use",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withOperator(dsn, func(cmd *cobra.Command, args []string, op dialect.Operator) error {
 			l, err := op.LimitGet(cmd.Context(), args[0])
 			if err != nil {
 				return opError(err)
@@ -77,17 +71,12 @@ finish and starts no new ones above it. 0 stops a named or kind limit's tasks.`,
 				return writeJSON(cmd.OutOrStdout(), l)
 			}
 			return printLimits(cmd.OutOrStdout(), []dialect.LimitInfo{l})
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "list",
 		Short: "Show every limit and its slots in use",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withOperator(dsn, func(cmd *cobra.Command, _ []string, op dialect.Operator) error {
 			ls, err := op.LimitList(cmd.Context())
 			if err != nil {
 				return opError(err)
@@ -99,32 +88,24 @@ finish and starts no new ones above it. 0 stops a named or kind limit's tasks.`,
 				return writeJSON(cmd.OutOrStdout(), ls)
 			}
 			return printLimits(cmd.OutOrStdout(), ls)
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "delete KEY",
 		Short: "Remove a limit: its tasks become unlimited",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withOperator(dsn, func(cmd *cobra.Command, args []string, op dialect.Operator) error {
 			if err := op.LimitDelete(cmd.Context(), args[0]); err != nil {
 				return opError(err)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "limit %q deleted\n", args[0])
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "limit %q deleted\n", args[0])
 			return err
-		},
+		}),
 	})
 	return cmd
 }
 
 func printLimits(w io.Writer, ls []dialect.LimitInfo) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tMAX\tRUNNING")
-	for _, l := range ls {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", cell(l.Key, 60), l.Max, l.Running)
-	}
-	return tw.Flush()
+	return writeList(w, false, ls, "LIMIT\tMAX\tRUNNING", func(l dialect.LimitInfo) string {
+		return fmt.Sprintf("%s\t%d\t%d", cell(l.Key, 60), l.Max, l.Running)
+	})
 }

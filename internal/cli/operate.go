@@ -119,12 +119,7 @@ func newPauseCommand(dsn *string, pause bool) *cobra.Command {
 		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withOperator(dsn, func(cmd *cobra.Command, args []string, op dialect.Operator) error {
 			if err := op.ProcessSetPaused(cmd.Context(), args[0], pause); err != nil {
 				return opError(err)
 			}
@@ -132,9 +127,9 @@ func newPauseCommand(dsn *string, pause bool) *cobra.Command {
 			if !pause {
 				verb = "resumed"
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "process %q %s\n", args[0], verb)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "process %q %s\n", args[0], verb)
 			return err
-		},
+		}),
 	}
 }
 

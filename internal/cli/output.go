@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"text/tabwriter"
 	"time"
 	"unicode"
 )
@@ -111,4 +112,18 @@ func tableTime(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05.000")
+}
+
+// writeList prints rows as JSON (asJSON) or as a table: the header (columns
+// separated by tabs), then line's text for each row.
+func writeList[T any](w io.Writer, asJSON bool, rows []T, header string, line func(r T) string) error {
+	if asJSON {
+		return writeJSON(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, line(r))
+	}
+	return tw.Flush()
 }

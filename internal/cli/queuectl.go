@@ -40,12 +40,7 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 		Use:   "up",
 		Short: "Apply every migration the database lacks and install this binary's routines",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := dialect.Open(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+		RunE: withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
 			// A schema newer than this binary: say so, rather than golang-migrate's
 			// "no migration found for version N".
 			if err := migrations.Check(cmd.Context(), d); errors.Is(err, migrations.ErrNewer) {
@@ -57,17 +52,12 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d%s\n", d.Name(), v, routinesNote(d))
 			return nil
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "version",
 		Short: "Print the schema version of the database and the one this binary expects",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := dialect.Open(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+		RunE: withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
 			got, dirty, err := migrations.Version(cmd.Context(), d)
 			if err != nil {
 				return err
@@ -81,7 +71,7 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 				return exitCodeError{code: ExitFailure, err: err}
 			}
 			return nil
-		},
+		}),
 	})
 	return cmd
 }
@@ -182,16 +172,10 @@ func newTasksCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), tasks)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TASK\tPROCESS\tORDER\tSTATE\tATTEMPT\tRUN AT\tWORKER\tBODY\tLAST ERROR")
-			for _, t := range tasks {
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", t.ID, cell(t.Process, 40), t.Order, t.State,
+			return writeList(cmd.OutOrStdout(), asJSON, tasks, "TASK\tPROCESS\tORDER\tSTATE\tATTEMPT\tRUN AT\tWORKER\tBODY\tLAST ERROR", func(t dialect.TaskInfo) string {
+				return fmt.Sprintf("%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s", t.ID, cell(t.Process, 40), t.Order, t.State,
 					t.Attempt, t.MaxAttempts, tableTime(t.RunAt), cell(t.WorkerID, 60), cell(t.Body, 40), cell(t.LastError, 60))
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	fl := cmd.Flags()

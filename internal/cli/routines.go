@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,19 +27,13 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), vs)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tSCHEMA\tINSTALLED\tLIVE WORKERS\tTHIS BINARY")
-			for _, v := range vs {
+			return writeList(cmd.OutOrStdout(), asJSON, vs, "VERSION\tSCHEMA\tINSTALLED\tLIVE WORKERS\tTHIS BINARY", func(v dialect.RoutineVersion) string {
 				mine := ""
 				if v.Version == r.Version {
 					mine = "yes"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", v.Version, v.Namespace, v.InstalledAt.UTC().Format(time.RFC3339), v.Workers, mine)
-			}
-			return tw.Flush()
+				return fmt.Sprintf("%d\t%s\t%s\t%d\t%s", v.Version, v.Namespace, v.InstalledAt.UTC().Format(time.RFC3339), v.Workers, mine)
+			})
 		}),
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -73,19 +66,14 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 // withRoutines runs fn on the database's dialect and its routines; a dialect
 // that keeps its logic in Go gets a note instead.
 func withRoutines(dsn *string, fn func(*cobra.Command, dialect.Dialect, dialect.Routines) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, _ []string) error {
-		d, err := dialect.Open(cmd.Context(), *dsn)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
+	return withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
 		r := d.Schema().Routines
 		if r == nil {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s keeps its queue logic in the binary: no routines in the database\n", d.Name())
 			return nil
 		}
 		return fn(cmd, d, *r)
-	}
+	})
 }
 
 // routinesNote names the routine version a binary calls, for dialects that

@@ -261,20 +261,14 @@ func newScheduleListCommand(dsn *string) *cobra.Command {
 			if name != "" && len(list) == 0 {
 				return exitCodeError{code: ExitNotFound, err: fmt.Errorf("schedule %q: %w", name, dialect.ErrNotFound)}
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tWHEN\tNEXT RUN\tLAST RUN\tLAST OUTCOME\tMISSED\tSINGLETON\tPAUSED")
-			for _, s := range list {
+			return writeList(cmd.OutOrStdout(), asJSON, list, "NAME\tWHEN\tNEXT RUN\tLAST RUN\tLAST OUTCOME\tMISSED\tSINGLETON\tPAUSED", func(s dialect.ScheduleInfo) string {
 				last := "-"
 				if s.LastRun != nil {
 					last = s.LastRun.Local().Format("2006-01-02 15:04:05.000")
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t%t\n", cell(s.Name, 40), cell(when(s), 40),
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%t\t%t", cell(s.Name, 40), cell(when(s), 40),
 					s.NextRun.Local().Format("2006-01-02 15:04:05.000"), last, dash(s.LastOutcome), s.Missed, s.Singleton, s.Paused)
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -300,16 +294,10 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), runs)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "SCHEDULED FOR\tOUTCOME\tTASKS\tPROCESS\tWORKER\tFIRED AT")
-			for _, r := range runs {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
+			return writeList(cmd.OutOrStdout(), asJSON, runs, "SCHEDULED FOR\tOUTCOME\tTASKS\tPROCESS\tWORKER\tFIRED AT", func(r dialect.ScheduleRun) string {
+				return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
 					r.Outcome, r.TaskCount, r.ProcessID, r.WorkerID, tableTime(r.FiredAt))
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
