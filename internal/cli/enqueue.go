@@ -42,17 +42,9 @@ transaction. Prints what it created; --json for scripts.`,
 			case file != "" && len(args) > 0:
 				return usageErrorf("give either a body or --file, not both")
 			case file != "":
-				for _, f := range []string{"order", "kind", "max-attempts", "priority", "delay", "run-at", "atomic", "limit"} {
-					if cmd.Flags().Changed(f) {
-						return usageErrorf("--%s applies to a single task; set it in the plan file instead", f)
-					}
-				}
-				p, err := readPlan(file, cmd.InOrStdin())
+				p, err := planFromFile(cmd, file, process, "order", "kind", "max-attempts", "priority", "delay", "run-at", "atomic", "limit")
 				if err != nil {
-					return UsageError{err}
-				}
-				if cmd.Flags().Changed("process") {
-					p.Process = process
+					return err
 				}
 				plan = p
 			case len(args) == 1:
@@ -158,4 +150,23 @@ func printResult(w io.Writer, res queue.Result, asJSON, stream bool) error {
 	}
 	_, err := fmt.Fprintf(w, "enqueued %d %s (%s) into process %q (id %d)\n", len(ids), noun, list, res.Process, res.ProcessID)
 	return err
+}
+
+// planFromFile reads the plan of --file (- for stdin), refusing the flags that
+// describe a single task (taskFlags: the plan file says those), and applies
+// --process when it was given.
+func planFromFile(cmd *cobra.Command, file, process string, taskFlags ...string) (stages.Plan, error) {
+	for _, f := range taskFlags {
+		if cmd.Flags().Changed(f) {
+			return stages.Plan{}, usageErrorf("--%s applies to a single task; set it in the plan file instead", f)
+		}
+	}
+	p, err := readPlan(file, cmd.InOrStdin())
+	if err != nil {
+		return stages.Plan{}, UsageError{err}
+	}
+	if cmd.Flags().Changed("process") {
+		p.Process = process
+	}
+	return p, nil
 }

@@ -114,17 +114,9 @@ singleton) from a YAML or JSON file.`,
 				case file != "" && len(args) == 2:
 					return usageErrorf("give either a BODY or --file, not both")
 				case file != "":
-					for _, f := range []string{"order", "kind", "max-attempts"} {
-						if cmd.Flags().Changed(f) {
-							return usageErrorf("--%s applies to a single task; set it in the plan file instead", f)
-						}
-					}
-					p, err := readPlan(file, cmd.InOrStdin())
+					p, err := planFromFile(cmd, file, process, "order", "kind", "max-attempts")
 					if err != nil {
-						return UsageError{err}
-					}
-					if cmd.Flags().Changed("process") {
-						p.Process = process
+						return err
 					}
 					s.Plan = p
 				case len(args) == 2:
