@@ -1,3 +1,5 @@
+//go:build !stageq_no_sqlite
+
 package queue_test
 
 import (

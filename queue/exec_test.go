@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,12 +16,7 @@ import (
 // idle, and returns the Logs.
 func runExecTasks(t *testing.T, allow []string, bodies ...string) []dialect.LogEntry {
 	t.Helper()
-	ctx := context.Background()
-	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := openSQLite(t)
 	for _, b := range bodies {
 		if _, err := c.Enqueue(ctx, "", 1, stages.Task{Kind: queue.KindExec, Body: b}); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,12 +12,7 @@ import (
 // kinds no dialect stores (a NUL byte, invalid UTF-8) are refused when
 // registered, before any claim passes them to the database.
 func TestHandleRefusesKindsNoTaskCanCarry(t *testing.T) {
-	ctx := context.Background()
-	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := openSQLite(t)
 	w, err := queue.NewWorker(c, queue.WorkerConfig{})
 	if err != nil {
 		t.Fatal(err)

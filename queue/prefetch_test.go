@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,12 +18,7 @@ import (
 // held longer than its usual second.)
 func TestShutdownHandsBackThePrefetchBuffer(t *testing.T) {
 	defer queue.SetBufferMaxWait(time.Hour)()
-	ctx := context.Background()
-	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := openSQLite(t)
 	const concurrency, fast, slow = 2, 40, 30
 	fastTasks, slowTasks := make([]stages.Task, fast), make([]stages.Task, slow)
 	for i := range fastTasks {

@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,12 +14,7 @@ import (
 // work (the signal tests wait on instead of sleeping), and none runs once Run
 // has returned.
 func TestServicesStartReportAndStop(t *testing.T) {
-	ctx := context.Background()
-	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := openSQLite(t)
 
 	var mu sync.Mutex
 	passes := map[string]int{}

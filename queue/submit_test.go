@@ -1,24 +1,16 @@
 package queue_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
 
 // SubmitTx is the enqueue inside the caller's transaction; without one it
 // refuses rather than split the submission over transactions of its own.
 func TestSubmitTxNeedsATransaction(t *testing.T) {
-	ctx := context.Background()
-	c, err := queue.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "q.db"), queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ctx, c := openSQLite(t)
 	one := 1
 	if _, err := c.SubmitTx(ctx, nil, stages.Plan{Process: "p", Stages: []stages.Stage{{Order: &one, Tasks: []stages.Task{{Body: "x"}}}}}); err == nil {
 		t.Fatal("SubmitTx without a transaction succeeded")
