@@ -6,7 +6,7 @@
 // own beside this one (dialect/postgres, dialect/sqlite, dialect/sqlserver) that
 // keeps its SQL next to the Go that runs it, in the database's native placeholders.
 // Where the Go around the statements is the same (operator actions, reads,
-// limits, retention), a dialect hands its statements to dialect/sqlbase and
+// limits, retention, schedules, exclusive leases), a dialect hands its statements to dialect/sqlbase and
 // embeds the result instead of copying the loops.
 //
 // How to implement a dialect:

@@ -8,13 +8,17 @@ import (
 
 // QueryAll runs stmt on q and reads every row with scan, which fills in one value
 // from the current row. The caller wraps the error with what it was doing; driver
-// errors of the query go through mapErr first.
+// errors go through mapErr first.
 func QueryAll[T any](ctx context.Context, q Querier, mapErr func(error) error, stmt string, scan func(r *sql.Rows, v *T) error, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	return ScanAll(rows, scan)
+	out, err := ScanAll(rows, scan)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return out, nil
 }
 
 // ScanAll reads every row of rows with scan and closes rows.

@@ -12,8 +12,8 @@ import (
 	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
-// base gives sqlbase the statements of operate.go, read.go, limits.go and
-// prune.go and the steps PostgreSQL takes its own way.
+// base gives sqlbase the statements of operate.go, read.go, limits.go,
+// prune.go, schedule.go and exclusive_lease.go and the steps PostgreSQL takes its own way.
 func (p *Postgres) base() sqlbase.Base {
 	return sqlbase.Base{
 		Pool:   p.db,

@@ -33,7 +33,8 @@ func init() {
 // Postgres implements dialect.Dialect.
 type Postgres struct {
 	// Base is the Go shared with the other dialects around the statements
-	// of operate.go, read.go, limits.go and prune.go (base.go).
+	// of operate.go, read.go, limits.go, prune.go, schedule.go and
+	// exclusive_lease.go (base.go).
 	sqlbase.Base
 	db *sql.DB
 	// bodies is a pool of its own for SQL bodies (BodyConn). An atomic body's

@@ -46,6 +46,12 @@ type Base struct {
 	IDs func([]int64) (any, error)
 	// Interval is a lease's time to live as the lease statements take it.
 	Interval func(time.Duration) any
+	// LeasesInTx runs each exclusive-lease change in a write transaction of its
+	// own (InTx): SQLite needs its write lock from the start, or a statement
+	// that reads and then writes can fail to upgrade. Where each statement is
+	// atomic by itself (PostgreSQL) they run on the pool, and a refused acquire
+	// does not hold the lease's row while it reads the holder.
+	LeasesInTx bool
 
 	SQL      Statements
 	Schedule ScheduleStatements

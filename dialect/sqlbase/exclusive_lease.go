@@ -9,9 +9,8 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// LeaseStatements are a dialect's texts for exclusive leases. Each runs in a
-// write transaction of its own (InTx): SQLite needs its write lock from the
-// start, or a statement that reads and then writes can fail to upgrade.
+// LeaseStatements are a dialect's texts for exclusive leases. The changes run
+// on the pool, or each in a transaction of its own (Base.LeasesInTx).
 type LeaseStatements struct {
 	// Acquire takes a lease in one statement: a new one (token 1), a released
 	// or expired one (token + 1, the fence), or the holder's own live one (same
@@ -48,7 +47,7 @@ func scanLease(row *sql.Row, l *dialect.LeaseInfo, lead ...any) error {
 func (b *Base) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParams) (dialect.LeaseInfo, bool, error) {
 	var l dialect.LeaseInfo
 	acquired := false
-	err := b.InTx(ctx, nil, func(q dialect.Querier) error {
+	err := b.leaseRun(ctx, func(q dialect.Querier) error {
 		l = dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder}
 		err := scanLease(q.QueryRowContext(ctx, b.Lease.Acquire, lp.Name, lp.Holder, b.Interval(lp.TTL)), &l, &l.Token)
 		if err == nil {
@@ -75,7 +74,7 @@ func (b *Base) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParam
 // LeaseExtend implements dialect.Scheduler.
 func (b *Base) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (dialect.LeaseInfo, error) {
 	l := dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}
-	err := b.InTx(ctx, nil, func(q dialect.Querier) error {
+	err := b.leaseRun(ctx, func(q dialect.Querier) error {
 		return scanLease(q.QueryRowContext(ctx, b.Lease.Extend, lp.Name, lp.Holder, lp.Token, b.Interval(lp.TTL)), &l)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -90,7 +89,7 @@ func (b *Base) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (d
 // LeaseRelease implements dialect.Scheduler.
 func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) error {
 	var n int64
-	err := b.InTx(ctx, nil, func(q dialect.Querier) error {
+	err := b.leaseRun(ctx, func(q dialect.Querier) error {
 		res, err := q.ExecContext(ctx, b.Lease.Release, lp.Name, lp.Holder, lp.Token)
 		if err != nil {
 			return b.MapErr(err)
@@ -121,4 +120,13 @@ func (b *Base) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	return out, nil
+}
+
+// leaseRun runs one lease change on the pool, or in a write transaction of its
+// own where the dialect needs one (LeasesInTx).
+func (b *Base) leaseRun(ctx context.Context, fn func(q dialect.Querier) error) error {
+	if b.LeasesInTx {
+		return b.InTx(ctx, nil, fn)
+	}
+	return fn(b.Pool)
 }

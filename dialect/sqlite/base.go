@@ -9,8 +9,8 @@ import (
 	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
-// base gives sqlbase the statements of operate.go, read.go, limits.go and
-// prune.go and the steps SQLite takes its own way: one write transaction
+// base gives sqlbase the statements of operate.go, read.go, limits.go,
+// prune.go, schedule.go and exclusive_lease.go and the steps SQLite takes its own way: one write transaction
 // (BEGIN IMMEDIATE) is the lock that PostgreSQL takes on the process row,
 // the stage is re-derived in Go (stage.go), and times are UTC text.
 func (s *SQLite) base() sqlbase.Base {
@@ -27,7 +27,8 @@ func (s *SQLite) base() sqlbase.Base {
 			b, err := json.Marshal(ids)
 			return string(b), err
 		},
-		Interval: func(d time.Duration) any { return offset(d) },
+		Interval:   func(d time.Duration) any { return offset(d) },
+		LeasesInTx: true,
 		SQL: sqlbase.Statements{
 			LockProcess:    opProcessIDSQL,
 			Pause:          opPauseSQL,

@@ -35,7 +35,8 @@ func init() {
 // SQLite implements dialect.Dialect.
 type SQLite struct {
 	// Base is the Go shared with the other dialects around the statements
-	// of operate.go, read.go, limits.go and prune.go (base.go).
+	// of operate.go, read.go, limits.go, prune.go, schedule.go and
+	// exclusive_lease.go (base.go).
 	sqlbase.Base
 	db     *sql.DB // the queue's own statements: one connection (see Open)
 	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
