@@ -2,18 +2,6 @@
 // internal/cli so tests can run it in-process.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/stageq/stageq/internal/cli"
 
-	"github.com/stageq/stageq/internal/cli"
-)
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := cli.Execute(ctx, cli.NewWorkerCommand(), os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main(cli.NewWorkerCommand()) }

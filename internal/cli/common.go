@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -39,6 +41,16 @@ func (u UsageError) Unwrap() error { return u.Err }
 
 func usageErrorf(format string, args ...any) error {
 	return UsageError{fmt.Errorf(format, args...)}
+}
+
+// Main runs cmd as a program: the process's arguments and standard streams,
+// a context that SIGTERM and SIGINT cancel (a worker then stops claiming and
+// finishes what it runs), and Execute's code as the exit status.
+func Main(cmd *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := Execute(ctx, cmd, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // Execute runs a command with the process's arguments and returns the exit code.
