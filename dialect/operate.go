@@ -271,83 +271,58 @@ func wrongState(state, worker, why string) error {
 }
 
 // CollectProcessStatus runs a dialect's three process-status queries, each taking
-// (name, all) as its first two parameters: the processes (id, name, state,
-// paused, current_order, priority, weight, max_parallel), the queue's counts per
-// process and stage (process_id, order, pending, running, failed), and the
-// succeeded counts from Logs (process_id, order, done). mapErr maps driver errors.
-func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, listSQL, countSQL, doneSQL string, mapErr func(error) error) ([]ProcessStatus, error) {
-	rows, err := db.QueryContext(ctx, listSQL, f.Name, f.All)
-	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", mapErr(err))
+// the filter's (name, all) as its parameters (args, when given, are those two as
+// the dialect's driver takes them): the processes (id, name, state, paused,
+// current_order, priority, weight, max_parallel), the queue's counts per process
+// and stage (process_id, order, pending, running, failed), and the succeeded
+// counts from Logs (process_id, order, done). mapErr maps driver errors.
+func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, listSQL, countSQL, doneSQL string, mapErr func(error) error, args ...any) ([]ProcessStatus, error) {
+	if len(args) == 0 {
+		args = []any{f.Name, f.All}
 	}
-	var out []ProcessStatus
-	index := map[int64]int{}
-	for rows.Next() {
-		var p ProcessStatus
+	out, err := QueryAll(ctx, db, mapErr, listSQL, func(r *sql.Rows, p *ProcessStatus) error {
 		var cur, maxPar sql.NullInt64
-		if err := rows.Scan(&p.ID, &p.Name, &p.State, &p.Paused, &cur, &p.Priority, &p.Weight, &maxPar); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list processes: %w", err)
+		if err := r.Scan(&p.ID, &p.Name, &p.State, &p.Paused, &cur, &p.Priority, &p.Weight, &maxPar); err != nil {
+			return err
 		}
-		if cur.Valid {
-			c := int(cur.Int64)
-			p.CurrentOrder = &c
-		}
-		if maxPar.Valid {
-			m := int(maxPar.Int64)
-			p.MaxParallel = &m
-		}
-		index[p.ID] = len(out)
-		out = append(out, p)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("list processes: %w", mapErr(err))
+		p.CurrentOrder, p.MaxParallel = intPtr(cur), intPtr(maxPar)
+		return nil
+	}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
 	}
 	if f.Name != "" && len(out) == 0 {
 		return nil, fmt.Errorf("process %q: %w", f.Name, ErrNotFound)
 	}
+	type stageRow struct {
+		pid int64
+		StageStatus
+	}
+	counts, err := QueryAll(ctx, db, mapErr, countSQL, func(r *sql.Rows, s *stageRow) error {
+		return r.Scan(&s.pid, &s.Order, &s.Pending, &s.Running, &s.Failed)
+	}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count tasks: %w", err)
+	}
+	done, err := QueryAll(ctx, db, mapErr, doneSQL, func(r *sql.Rows, s *stageRow) error {
+		return r.Scan(&s.pid, &s.Order, &s.Done)
+	}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count finished tasks: %w", err)
+	}
 	stages := map[[2]int64]*StageStatus{}
-	stage := func(pid int64, order int) *StageStatus {
-		k := [2]int64{pid, int64(order)}
-		if s, ok := stages[k]; ok {
-			return s
+	for _, c := range append(counts, done...) {
+		k := [2]int64{c.pid, int64(c.Order)}
+		s, ok := stages[k]
+		if !ok {
+			s = &StageStatus{Order: c.Order}
+			stages[k] = s
 		}
-		s := &StageStatus{Order: order}
-		stages[k] = s
-		return s
+		s.Pending, s.Running, s.Failed, s.Done = s.Pending+c.Pending, s.Running+c.Running, s.Failed+c.Failed, s.Done+c.Done
 	}
-	rows, err = db.QueryContext(ctx, countSQL, f.Name, f.All)
-	if err != nil {
-		return nil, fmt.Errorf("count tasks: %w", mapErr(err))
-	}
-	for rows.Next() {
-		var pid int64
-		var order, pending, running, failed int
-		if err := rows.Scan(&pid, &order, &pending, &running, &failed); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("count tasks: %w", err)
-		}
-		s := stage(pid, order)
-		s.Pending, s.Running, s.Failed = pending, running, failed
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("count tasks: %w", mapErr(err))
-	}
-	rows, err = db.QueryContext(ctx, doneSQL, f.Name, f.All)
-	if err != nil {
-		return nil, fmt.Errorf("count finished tasks: %w", mapErr(err))
-	}
-	for rows.Next() {
-		var pid int64
-		var order, done int
-		if err := rows.Scan(&pid, &order, &done); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("count finished tasks: %w", err)
-		}
-		stage(pid, order).Done = done
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("count finished tasks: %w", mapErr(err))
+	index := map[int64]int{}
+	for i, p := range out {
+		index[p.ID] = i
 	}
 	for k, s := range stages {
 		if i, ok := index[k[0]]; ok {
@@ -358,4 +333,12 @@ func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, list
 		sort.Slice(out[i].Stages, func(a, b int) bool { return out[i].Stages[a].Order < out[i].Stages[b].Order })
 	}
 	return out, nil
+}
+
+func intPtr(v sql.NullInt64) *int {
+	if !v.Valid {
+		return nil
+	}
+	i := int(v.Int64)
+	return &i
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/stageq/stageq/dialect"
@@ -431,92 +430,17 @@ SELECT l.process_id, l.execution_order, COUNT(DISTINCT l.task_id)
  GROUP BY l.process_id, l.execution_order
 OPTION (RECOMPILE);`
 
-// ProcessList implements dialect.Operator.
+// ProcessList implements dialect.Operator. The three reads retry together.
 func (d *SQLServer) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
 	var out []dialect.ProcessStatus
-	index := map[int64]int{}
-	stages := map[[2]int64]*dialect.StageStatus{}
-	stage := func(pid int64, order int) *dialect.StageStatus {
-		k := [2]int64{pid, int64(order)}
-		if s, ok := stages[k]; ok {
-			return s
-		}
-		s := &dialect.StageStatus{Order: order}
-		stages[k] = s
-		return s
-	}
 	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		out, index, stages = nil, map[int64]int{}, map[[2]int64]*dialect.StageStatus{}
-		rows, err := d.db.QueryContext(ctx, processListSQL, nvarchar("pName", f.Name), bit("pAll", f.All))
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var p dialect.ProcessStatus
-			var cur, maxPar sql.NullInt64
-			if err := rows.Scan(&p.ID, &p.Name, &p.State, &p.Paused, &cur, &p.Priority, &p.Weight, &maxPar); err != nil {
-				rows.Close()
-				return err
-			}
-			if cur.Valid {
-				c := int(cur.Int64)
-				p.CurrentOrder = &c
-			}
-			if maxPar.Valid {
-				m := int(maxPar.Int64)
-				p.MaxParallel = &m
-			}
-			index[p.ID] = len(out)
-			out = append(out, p)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		rows, err = d.db.QueryContext(ctx, stageCountSQL, nvarchar("pName", f.Name), bit("pAll", f.All))
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var pid int64
-			var order, pending, running, failed int
-			if err := rows.Scan(&pid, &order, &pending, &running, &failed); err != nil {
-				rows.Close()
-				return err
-			}
-			s := stage(pid, order)
-			s.Pending, s.Running, s.Failed = pending, running, failed
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		rows, err = d.db.QueryContext(ctx, stageDoneSQL, nvarchar("pName", f.Name), bit("pAll", f.All))
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var pid int64
-			var order, done int
-			if err := rows.Scan(&pid, &order, &done); err != nil {
-				rows.Close()
-				return err
-			}
-			stage(pid, order).Done = done
-		}
-		return rows.Close()
+		var err error
+		out, err = dialect.CollectProcessStatus(ctx, d.db, f, processListSQL, stageCountSQL, stageDoneSQL, noMap,
+			nvarchar("pName", f.Name), bit("pAll", f.All))
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list processes: %w", mapErr(err))
-	}
-	if f.Name != "" && len(out) == 0 {
-		return nil, fmt.Errorf("process %q: %w", f.Name, dialect.ErrNotFound)
-	}
-	for k, s := range stages {
-		if i, ok := index[k[0]]; ok {
-			out[i].Stages = append(out[i].Stages, *s)
-		}
-	}
-	for i := range out {
-		sort.Slice(out[i].Stages, func(a, b int) bool { return out[i].Stages[a].Order < out[i].Stages[b].Order })
+		return nil, mapErr(err)
 	}
 	return out, nil
 }

@@ -571,6 +571,49 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 	}
 
 	called := map[string]bool{}
+	// checkSent checks one query a call sends: a registered *SQL constant
+	// (possibly rendered by d.calls.SQL), given exactly its parameters, each
+	// built by a typed helper with a literal name.
+	checkSent := func(pos token.Position, fn string, query ast.Expr, args []ast.Expr) {
+		orig := query
+		if c, ok := query.(*ast.CallExpr); ok && len(c.Args) == 1 {
+			if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "SQL" {
+				query = c.Args[0]
+			}
+		}
+		id, ok := query.(*ast.Ident)
+		if !ok || consts[id.Name] == nil {
+			t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, fn, orig)
+			return
+		}
+		called[id.Name] = true
+		sqlText, _ := strconv.Unquote(consts[id.Name].Value)
+		st := registered[sqlText]
+		var passed []string
+		for _, a := range args {
+			c, ok := a.(*ast.CallExpr)
+			var helper *ast.Ident
+			if ok {
+				helper, _ = c.Fun.(*ast.Ident)
+			}
+			if helper == nil || !helpers[helper.Name] || len(c.Args) == 0 {
+				t.Errorf("%s: argument of %s must be built by nvarchar, bigint, integer, bit or datetime2", pos, id.Name)
+				continue
+			}
+			lit, ok := c.Args[0].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				t.Errorf("%s: parameter name of %s must be a string literal", pos, id.Name)
+				continue
+			}
+			name, _ := strconv.Unquote(lit.Value)
+			passed = append(passed, "@"+name)
+		}
+		sort.Strings(passed)
+		want := paramsOf(t, st)
+		if strings.Join(passed, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: %s passes %v, the statement uses %v", pos, id.Name, passed, want)
+		}
+	}
 	for _, f := range files {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -584,16 +627,22 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 				}
 			case *ast.CallExpr:
 				// queryAll(ctx, d, mode, query, scan, args...) sends its query as
-				// d.db.QueryContext(ctx, query, args...) does.
-				name, queryAt, argsAt := "", 1, 2
+				// d.db.QueryContext(ctx, query, args...) does, and
+				// dialect.CollectProcessStatus(ctx, db, f, q1, q2, q3, mapErr,
+				// args...) sends each of its three queries with the same args.
+				name, queryAts, argsAt := "", []int{1}, 2
 				if fn, ok := n.Fun.(*ast.Ident); ok && fn.Name == "queryAll" {
-					name, queryAt, argsAt = fn.Name, 3, 5
+					name, queryAts, argsAt = fn.Name, []int{3}, 5
 				} else if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
-					if pkg, ok := sel.X.(*ast.Ident); ok && ((pkg.Name == "fmt" && strings.HasPrefix(sel.Sel.Name, "Sprint")) ||
+					pkg, _ := sel.X.(*ast.Ident)
+					if pkg != nil && ((pkg.Name == "fmt" && strings.HasPrefix(sel.Sel.Name, "Sprint")) ||
 						(pkg.Name == "strings" && (sel.Sel.Name == "Join" || sel.Sel.Name == "Builder"))) {
 						t.Errorf("%s: %s.%s in the dialect; SQL is never built at run time (errors use fmt.Errorf)", fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
 					}
-					if execFuncs[sel.Sel.Name] {
+					switch {
+					case pkg != nil && pkg.Name == "dialect" && sel.Sel.Name == "CollectProcessStatus":
+						name, queryAts, argsAt = sel.Sel.Name, []int{3, 4, 5}, 7
+					case execFuncs[sel.Sel.Name]:
 						name = sel.Sel.Name
 					}
 				}
@@ -605,47 +654,8 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 					t.Errorf("%s: %s without a query", pos, name)
 					return true
 				}
-				query := n.Args[queryAt]
-				// d.calls.SQL(claimSQL): a constant rendered for the routine version.
-				if c, ok := query.(*ast.CallExpr); ok && len(c.Args) == 1 {
-					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "SQL" {
-						query = c.Args[0]
-					}
-				}
-				id, ok := query.(*ast.Ident)
-				if !ok || consts[id.Name] == nil {
-					t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, name, n.Args[queryAt])
-					return true
-				}
-				called[id.Name] = true
-				sqlText, _ := strconv.Unquote(consts[id.Name].Value)
-				st := registered[sqlText]
-				var passed []string
-				for _, a := range n.Args[argsAt:] {
-					c, ok := a.(*ast.CallExpr)
-					fn, isIdent := func() (*ast.Ident, bool) {
-						if !ok {
-							return nil, false
-						}
-						i, ok := c.Fun.(*ast.Ident)
-						return i, ok
-					}()
-					if !isIdent || !helpers[fn.Name] || len(c.Args) == 0 {
-						t.Errorf("%s: argument of %s must be built by nvarchar, bigint, integer, bit or datetime2", pos, id.Name)
-						continue
-					}
-					lit, ok := c.Args[0].(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
-						t.Errorf("%s: parameter name of %s must be a string literal", pos, id.Name)
-						continue
-					}
-					name, _ := strconv.Unquote(lit.Value)
-					passed = append(passed, "@"+name)
-				}
-				sort.Strings(passed)
-				want := paramsOf(t, st)
-				if strings.Join(passed, ",") != strings.Join(want, ",") {
-					t.Errorf("%s: %s passes %v, the statement uses %v", pos, id.Name, passed, want)
+				for _, at := range queryAts {
+					checkSent(pos, name, n.Args[at], n.Args[argsAt:])
 				}
 			}
 			return true
