@@ -65,7 +65,8 @@ SELECT routines, COUNT(*) FROM stageq.Workers
 	// The new schema gets schema stageq's owner, so that ownership chaining
 	// from its procedures to stageq's tables holds as it did when both were
 	// one schema, and schema stageq's EXECUTE grants, so that a role allowed
-	// to run the routines before the upgrade still may.
+	// to run the routines before the upgrade still may (from the documents
+	// below; not run on a SQL Server).
 	// https://learn.microsoft.com/sql/t-sql/statements/create-schema-transact-sql
 	// https://learn.microsoft.com/sql/t-sql/statements/grant-schema-permissions-transact-sql
 	routinesCreateSchemaSQL = `
@@ -91,8 +92,9 @@ END;`
 	// routinesDropSchemaSQL drops every procedure, function and view in the
 	// schema, then the schema (DROP SCHEMA fails on one that is not empty);
 	// nothing when the schema does not exist.
-	// XACT_ABORT makes a DROP that fails end the batch; without it the loop
-	// would pick the same object again for ever.
+	// XACT_ABORT makes a DROP that fails end the batch (per the SET
+	// XACT_ABORT documentation; not run); without it the loop would pick the
+	// same object again for ever.
 	routinesDropSchemaSQL = `
 SET XACT_ABORT ON;
 DECLARE @Schema nvarchar(128) = @pSchema;

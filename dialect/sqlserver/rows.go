@@ -8,8 +8,9 @@ import (
 )
 
 // retryOn runs f on the pool with retry's backoff, or once when the caller gave
-// a transaction: a deadlock has already rolled that transaction back, and only
-// the caller can start it again.
+// a transaction: SQL Server has already rolled a deadlock victim's transaction
+// back (per its documentation; not run here), and only the caller can start it
+// again.
 func (d *SQLServer) retryOn(ctx context.Context, tx *sql.Tx, mode retryMode, f func(ctx context.Context) error) error {
 	if tx != nil {
 		return f(ctx)

@@ -378,8 +378,9 @@ func procedures(t *testing.T, file, text string) []procedure {
 const routinesDir = "../../routines/sqlserver"
 
 // routineProcs reads the routine sources (routines/sqlserver): one procedure a
-// file, plain T-SQL, its quotes not doubled. Each is named, and calls others,
-// as stageq.X, the way callers spelled them when the migrations created them,
+// file, plain T-SQL, its quotes not doubled. Each is written, and calls others,
+// as stageq_routines.X and is read here as stageq.X, the way callers spelled
+// them when the migrations created them,
 // so that the checks below read routines and statements alike: the
 // namespace, stageq_routines, becomes a version's schema only when installed.
 func routineProcs(t *testing.T) []procedure {
