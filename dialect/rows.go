@@ -14,15 +14,15 @@ func QueryAll[T any](ctx context.Context, q Querier, mapErr func(error) error, s
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out, err := ScanAll(rows, scan)
+	out, err := scanAll(rows, scan)
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	return out, nil
 }
 
-// ScanAll reads every row of rows with scan and closes rows.
-func ScanAll[T any](rows *sql.Rows, scan func(r *sql.Rows, v *T) error) ([]T, error) {
+// scanAll reads every row of rows with scan and closes rows.
+func scanAll[T any](rows *sql.Rows, scan func(r *sql.Rows, v *T) error) ([]T, error) {
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
@@ -35,8 +35,8 @@ func ScanAll[T any](rows *sql.Rows, scan func(r *sql.Rows, v *T) error) ([]T, er
 	return out, rows.Err()
 }
 
-// Ptr is the scanned time, or nil where the column was NULL.
-func (t TimeScan) Ptr() *time.Time {
+// ptr is the scanned time, or nil where the column was NULL.
+func (t TimeScan) ptr() *time.Time {
 	if t.Time.IsZero() {
 		return nil
 	}
@@ -56,7 +56,7 @@ func ScanLogEntry(r *sql.Rows, e *LogEntry) error {
 		&e.WorkerID, &e.Attempt, &started, &ended, &outcome, &e.Error, &retry, &e.Schedule); err != nil {
 		return err
 	}
-	e.Outcome, e.StartedAt, e.EndedAt, e.RetryAt = Outcome(outcome), started.Time, ended.Ptr(), retry.Ptr()
+	e.Outcome, e.StartedAt, e.EndedAt, e.RetryAt = Outcome(outcome), started.Time, ended.ptr(), retry.ptr()
 	return nil
 }
 
@@ -80,7 +80,7 @@ func ScanWorkerStatus(r *sql.Rows, w *WorkerStatus) error {
 		&stopped, &w.Running, &now); err != nil {
 		return err
 	}
-	w.StartedAt, w.HeartbeatAt, w.StoppedAt, w.Now = started.Time, beat.Time, stopped.Ptr(), now.Time
+	w.StartedAt, w.HeartbeatAt, w.StoppedAt, w.Now = started.Time, beat.Time, stopped.ptr(), now.Time
 	return nil
 }
 
@@ -108,7 +108,7 @@ func ScanSchedule(scan func(dest ...any) error) (ScheduleInfo, error) {
 	}
 	s.Interval = time.Duration(intervalMS) * time.Millisecond
 	s.Grace = time.Duration(graceMS) * time.Millisecond
-	s.NextRun, s.LastRun, s.LastFiredAt = next.Time, lastRun.Ptr(), lastFired.Ptr()
+	s.NextRun, s.LastRun, s.LastFiredAt = next.Time, lastRun.ptr(), lastFired.ptr()
 	return s, nil
 }
 
@@ -125,3 +125,14 @@ func ScanScheduleRun(r *sql.Rows, run *ScheduleRun) error {
 
 // ScanTaskLease reads a task's id and lease token.
 func ScanTaskLease(r *sql.Rows, l *TaskLease) error { return r.Scan(&l.ID, &l.Token) }
+
+// ScanLeaseInfo reads an exclusive lease's name, holder, token, acquired_at,
+// expires_at and the database's now.
+func ScanLeaseInfo(r *sql.Rows, l *LeaseInfo) error {
+	var acquired, expires, now TimeScan
+	if err := r.Scan(&l.Name, &l.Holder, &l.Token, &acquired, &expires, &now); err != nil {
+		return err
+	}
+	l.AcquiredAt, l.ExpiresAt, l.Now = acquired.Time, expires.Time, now.Time
+	return nil
+}

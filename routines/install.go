@@ -147,35 +147,28 @@ func checksumError(r dialect.Routines, have, want string) error {
 		"a build changed the routines without raising their version", ErrChecksum, r.Version, have, want)
 }
 
-// queryer is a pool or a transaction.
-type queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func list(ctx context.Context, q queryer, r dialect.Routines) ([]dialect.RoutineVersion, error) {
-	rows, err := q.QueryContext(ctx, r.SQL.List)
-	if err != nil {
-		return nil, fmt.Errorf("list routines: %w", err)
-	}
-	defer rows.Close()
-	var out []dialect.RoutineVersion
-	for rows.Next() {
-		var v dialect.RoutineVersion
+func list(ctx context.Context, q dialect.Querier, r dialect.Routines) ([]dialect.RoutineVersion, error) {
+	out, err := dialect.QueryAll(ctx, q, noMap, r.SQL.List, func(rows *sql.Rows, v *dialect.RoutineVersion) error {
 		if err := rows.Scan(&v.Version, &v.Checksum, &v.InstalledAt); err != nil {
-			return nil, fmt.Errorf("list routines: %w", err)
+			return err
 		}
 		v.Namespace = dialect.RoutineNamespace(v.Version)
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list routines: %w", err)
 	}
 	return out, nil
 }
 
+func noMap(err error) error { return err }
+
 // List reads the installed versions, newest first, each with the number of
 // live workers (a heartbeat within liveWithin) that call it.
 func List(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.Duration) ([]dialect.RoutineVersion, error) {
+	if err := checkLive(liveWithin); err != nil {
+		return nil, fmt.Errorf("list routines: %w", err)
+	}
 	out, err := list(ctx, db, r)
 	if err != nil {
 		return nil, err
@@ -190,22 +183,27 @@ func List(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.D
 	return out, nil
 }
 
-func inUse(ctx context.Context, q queryer, r dialect.Routines, liveWithin time.Duration) (map[int]int, error) {
-	rows, err := q.QueryContext(ctx, r.SQL.InUse, r.SQL.Arg("pLiveMs", liveWithin.Milliseconds()))
+// checkLive refuses a live window the statements cannot use: they take whole
+// milliseconds, and a window under one would count every worker dead (a prune
+// would then drop the routines they call).
+func checkLive(liveWithin time.Duration) error {
+	if liveWithin < time.Millisecond {
+		return fmt.Errorf("the live window must be at least 1ms, got %s", liveWithin)
+	}
+	return nil
+}
+
+func inUse(ctx context.Context, q dialect.Querier, r dialect.Routines, liveWithin time.Duration) (map[int]int, error) {
+	type count struct{ version, workers int }
+	counts, err := dialect.QueryAll(ctx, q, noMap, r.SQL.InUse, func(rows *sql.Rows, c *count) error {
+		return rows.Scan(&c.version, &c.workers)
+	}, r.SQL.Arg("pLiveMs", liveWithin.Milliseconds()))
 	if err != nil {
 		return nil, fmt.Errorf("routines in use: %w", err)
 	}
-	defer rows.Close()
 	used := map[int]int{}
-	for rows.Next() {
-		var v, n int
-		if err := rows.Scan(&v, &n); err != nil {
-			return nil, fmt.Errorf("routines in use: %w", err)
-		}
-		used[v] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("routines in use: %w", err)
+	for _, c := range counts {
+		used[c.version] = c.workers
 	}
 	return used, nil
 }
@@ -218,8 +216,8 @@ func inUse(ctx context.Context, q queryer, r dialect.Routines, liveWithin time.D
 // and picks liveWithin above the workers' heartbeat interval (a third of
 // their lease).
 func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.Duration) (dropped []int, err error) {
-	if liveWithin <= 0 {
-		return nil, fmt.Errorf("prune routines: the live window must be positive, got %s", liveWithin)
+	if err := checkLive(liveWithin); err != nil {
+		return nil, fmt.Errorf("prune routines: %w", err)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -241,8 +239,12 @@ func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.
 	if err != nil {
 		return nil, err
 	}
-	for i, v := range installed {
-		if i == 0 || used[v.Version] > 0 {
+	newest := 0
+	for _, v := range installed {
+		newest = max(newest, v.Version)
+	}
+	for _, v := range installed {
+		if v.Version == newest || used[v.Version] > 0 {
 			continue
 		}
 		if err := r.SQL.DropNamespace(ctx, tx, v.Namespace); err != nil {

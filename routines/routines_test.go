@@ -1,16 +1,19 @@
 package routines_test
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/dialect/postgres"
 	"github.com/stageq/stageq/dialect/sqlserver"
+	"github.com/stageq/stageq/routines"
 )
 
 // pinned is the checksum of each dialect's current routine version. A change
@@ -127,5 +130,20 @@ func TestRenderPutsTheVersionsNamespace(t *testing.T) {
 	got := r.Render("SELECT * FROM stageq_routines.claim($1); -- stageq_routines_note stays")
 	if got != "SELECT * FROM stageq_r7.claim($1); -- stageq_routines_note stays" {
 		t.Errorf("render: %q", got)
+	}
+}
+
+// A live window under a millisecond reaches the statements as 0 ms, which
+// counts every worker dead: List and Prune refuse it before touching the
+// database (nil here), so a prune cannot drop routines live workers call.
+func TestLiveWindowUnderAMillisecondIsRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, live := range []time.Duration{0, -time.Second, 500 * time.Microsecond} {
+		if _, err := routines.Prune(ctx, nil, postgres.Routines(), live); err == nil || !strings.Contains(err.Error(), "live window") {
+			t.Errorf("Prune with live window %s: %v", live, err)
+		}
+		if _, err := routines.List(ctx, nil, postgres.Routines(), live); err == nil || !strings.Contains(err.Error(), "live window") {
+			t.Errorf("List with live window %s: %v", live, err)
+		}
 	}
 }

@@ -64,20 +64,8 @@ SELECT format('GRANT USAGE ON SCHEMA %I TO %s', $1::text,
 
 // copyUsage gives schema ns the USAGE grants of schema stageq.
 func copyUsage(ctx context.Context, tx *sql.Tx, ns string) error {
-	rows, err := tx.QueryContext(ctx, usageGrantsSQL, ns)
+	grants, err := dialect.QueryAll(ctx, tx, mapErr, usageGrantsSQL, func(r *sql.Rows, g *string) error { return r.Scan(g) }, ns)
 	if err != nil {
-		return err
-	}
-	var grants []string
-	for rows.Next() {
-		var g string
-		if err := rows.Scan(&g); err != nil {
-			rows.Close()
-			return err
-		}
-		grants = append(grants, g)
-	}
-	if err := rows.Close(); err != nil {
 		return err
 	}
 	for _, g := range grants {

@@ -108,14 +108,7 @@ func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) 
 
 // LeaseList implements dialect.Scheduler.
 func (b *Base) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Lease.List, func(r *sql.Rows, l *dialect.LeaseInfo) error {
-		var acquired, expires, now dialect.TimeScan
-		if err := r.Scan(&l.Name, &l.Holder, &l.Token, &acquired, &expires, &now); err != nil {
-			return err
-		}
-		l.AcquiredAt, l.ExpiresAt, l.Now = acquired.Time, expires.Time, now.Time
-		return nil
-	}, f.Name, f.HeldOnly)
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Lease.List, dialect.ScanLeaseInfo, f.Name, f.HeldOnly)
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}

@@ -170,9 +170,7 @@ OPTION (RECOMPILE);`
 
 // LeaseList implements dialect.Scheduler.
 func (d *SQLServer) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	out, err := queryAll(ctx, d, retryAll, leaseListSQL, func(r *sql.Rows, l *dialect.LeaseInfo) error {
-		return r.Scan(&l.Name, &l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now)
-	}, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
+	out, err := queryAll(ctx, d, retryAll, leaseListSQL, dialect.ScanLeaseInfo, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,11 +40,8 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 		Short: "Apply every migration the database lacks and install this binary's routines",
 		Args:  cobra.NoArgs,
 		RunE: withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
-			// A schema newer than this binary: say so, rather than golang-migrate's
-			// "no migration found for version N".
-			if err := migrations.Check(cmd.Context(), d); errors.Is(err, migrations.ErrNewer) {
-				return err
-			}
+			// A schema newer than this binary: Up says so (ErrNewer) unless the
+			// schema floor still admits this binary.
 			v, err := migrations.Up(cmd.Context(), d)
 			if err != nil {
 				return err
