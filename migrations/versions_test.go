@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"go/parser"
 	"go/token"
@@ -112,5 +113,21 @@ func TestIncompleteSchemaIsRefused(t *testing.T) {
 	}
 	if _, err := migrations.Expected(target.Schema()); err == nil {
 		t.Error("Expected with no files succeeded")
+	}
+}
+
+// TestNegativeFloorIsRefused: a floor is a schema version; a negative one, as
+// a uint, would be huge and refuse every binary with a message that hides why.
+func TestNegativeFloorIsRefused(t *testing.T) {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := dialect.ReadFloor(db.QueryRow(`SELECT -1`)); err == nil {
+		t.Error("a floor of -1 was read without an error")
+	}
+	if v, err := dialect.ReadFloor(db.QueryRow(`SELECT 13`)); err != nil || v != 13 {
+		t.Errorf("a floor of 13: %d, %v", v, err)
 	}
 }
