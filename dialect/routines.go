@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -40,6 +40,11 @@ type RoutineSQL struct {
 	// two installs (two workers started with --migrate) or an install and a
 	// prune never interleave.
 	Lock string
+	// LockShared takes the same lock in shared mode, to the end of the
+	// transaction: an install that finds its version there reads under it, so
+	// that workers starting together do not wait for each other, while an
+	// install or a prune that holds Lock makes them wait until it commits.
+	LockShared string
 	// Prepare runs in the install transaction before the files.
 	Prepare []string
 	// CreateNamespace creates the empty namespace ns, inside tx.
@@ -73,14 +78,34 @@ func RoutineNamespace(n int) string { return fmt.Sprintf("stageq_r%d", n) }
 // Namespace is the schema r's version lives in.
 func (r Routines) Namespace() string { return RoutineNamespace(r.Version) }
 
+// placeholderRe finds RoutinePlaceholder as a qualifier: a whole word, so a
+// name that merely ends in it (my_stageq_routines.x) stays as written.
+var placeholderRe = regexp.MustCompile(`\b` + RoutinePlaceholder + `\.`)
+
 // Render puts r's namespace in place of RoutinePlaceholder in text (a routine
 // source, or a dialect statement that calls a routine).
 func (r Routines) Render(text string) string {
-	return strings.ReplaceAll(text, RoutinePlaceholder+".", r.Namespace()+".")
+	return placeholderRe.ReplaceAllLiteralString(text, r.Namespace()+".")
+}
+
+// Validate says whether r can be installed and called: it has sources, and a
+// version from 1 up (the registry's CHECK; stageq_r0 or stageq_r-1 would be
+// a namespace no release means).
+func (r Routines) Validate() error {
+	if r.Files == nil {
+		return fmt.Errorf("routines version %d: no source files", r.Version)
+	}
+	if r.Version < 1 {
+		return fmt.Errorf("routines: version %d; versions start at 1", r.Version)
+	}
+	return nil
 }
 
 // Sources lists r's files: the routines in install order, then the entry points.
 func (r Routines) Sources() (routines, public []string, err error) {
+	if err := r.Validate(); err != nil {
+		return nil, nil, err
+	}
 	err = fs.WalkDir(r.Files, ".", func(p string, e fs.DirEntry, err error) error {
 		if err != nil || e.IsDir() || path.Ext(p) != ".sql" {
 			return err
@@ -168,6 +193,24 @@ type Release struct {
 	// Version and Files; how they are installed stays the dialect's own
 	// (its RoutineSQL). A dialect that keeps none ignores it.
 	Routines *Routines
+}
+
+// MigrationsOr is rel's migrations, or cur when rel brings none.
+func (rel Release) MigrationsOr(cur fs.FS) fs.FS {
+	if rel.Migrations != nil {
+		return rel.Migrations
+	}
+	return cur
+}
+
+// RoutinesOr is cur with rel's routine version and files, or cur itself when
+// rel brings none. How they are installed stays cur's (its SQL): that is the
+// dialect's, whichever release's logic it installs.
+func (rel Release) RoutinesOr(cur Routines) Routines {
+	if rel.Routines != nil {
+		cur.Version, cur.Files = rel.Routines.Version, rel.Routines.Files
+	}
+	return cur
 }
 
 // ReleaseUser is a dialect that can act as another release's binary.

@@ -44,6 +44,11 @@ func ReadFloor(row *sql.Row) (uint, error) {
 		}
 		return 0, fmt.Errorf("read schema floor: %w", err)
 	}
+	if v < 0 {
+		// As a uint it would be huge, and admit no binary at all with a
+		// message that says nothing of the cause.
+		return 0, fmt.Errorf("read schema floor: the database records %d; a floor is a schema version, 0 or more", v)
+	}
 	return uint(v), nil
 }
 

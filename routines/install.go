@@ -47,6 +47,13 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 	if err != nil {
 		return err
 	}
+	// Nearly every call finds its version there (each `worker --migrate`
+	// start): look first under the shared lock, which workers starting
+	// together hold at once, and which waits for a prune in progress (a prune
+	// of this version then finds it gone, and it is installed again below).
+	if found, err := installedShared(ctx, db, r, sum); found || err != nil {
+		return err
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("install routines %d: %w", r.Version, err)
@@ -59,19 +66,13 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 	if _, err := tx.ExecContext(ctx, r.SQL.Lock); err != nil {
 		return fmt.Errorf("install routines %d: lock: %w", r.Version, err)
 	}
-	installed, err := list(ctx, tx, r)
+	// Again under the lock: another install may have committed meanwhile.
+	found, newest, err := lookup(ctx, tx, r, sum)
 	if err != nil {
 		return err
 	}
-	newest := 0
-	for _, v := range installed {
-		if v.Version == r.Version {
-			if v.Checksum != sum {
-				return checksumError(r, v.Checksum, sum)
-			}
-			return tx.Commit()
-		}
-		newest = max(newest, v.Version)
+	if found {
+		return tx.Commit()
 	}
 	if err := installFiles(ctx, tx, r, newest < r.Version); err != nil {
 		return err
@@ -83,6 +84,40 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 		return fmt.Errorf("install routines %d: commit: %w", r.Version, err)
 	}
 	return nil
+}
+
+// installedShared is lookup under the shared lock (RoutineSQL.LockShared).
+func installedShared(ctx context.Context, db *sql.DB, r dialect.Routines, sum string) (bool, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("install routines %d: %w", r.Version, err)
+	}
+	defer tx.Rollback() // it only read
+	if _, err := tx.ExecContext(ctx, r.SQL.LockShared); err != nil {
+		return false, fmt.Errorf("install routines %d: shared lock: %w", r.Version, err)
+	}
+	found, _, err := lookup(ctx, tx, r, sum)
+	return found, err
+}
+
+// lookup reads the installed versions through q and looks for r's: found
+// when it is there from r's sources (sum), an error when from others; newest
+// is the newest version installed.
+func lookup(ctx context.Context, q dialect.Querier, r dialect.Routines, sum string) (found bool, newest int, err error) {
+	installed, err := list(ctx, q, r)
+	if err != nil {
+		return false, 0, err
+	}
+	for _, v := range installed {
+		if v.Version == r.Version {
+			if v.Checksum != sum {
+				return false, 0, checksumError(r, v.Checksum, sum)
+			}
+			found = true
+		}
+		newest = max(newest, v.Version)
+	}
+	return found, newest, nil
 }
 
 // installFiles creates r's namespace afresh (a namespace left without its
@@ -126,17 +161,8 @@ func Check(ctx context.Context, db *sql.DB, r dialect.Routines) error {
 	if err != nil {
 		return err
 	}
-	installed, err := list(ctx, db, r)
-	if err != nil {
+	if found, _, err := lookup(ctx, db, r, sum); found || err != nil {
 		return err
-	}
-	for _, v := range installed {
-		if v.Version == r.Version {
-			if v.Checksum != sum {
-				return checksumError(r, v.Checksum, sum)
-			}
-			return nil
-		}
 	}
 	return fmt.Errorf("%w: this binary calls routines version %d (schema %s), which the database lacks: run `queuectl migrate up` or `worker --migrate`",
 		ErrNotInstalled, r.Version, r.Namespace())

@@ -26,7 +26,7 @@ var pinned = map[string]struct {
 	checksum string
 }{
 	"postgres":  {1, "2f7257290e4a87eeca802219989267e185c15fc4ecd4db152cd5ab43c0754cdb"},
-	"sqlserver": {1, "a663592168d632d153b36cfe9c3ab839158ffd96215dfa43577401e40c740dd8"},
+	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 
 func dialects() map[string]dialect.Routines {
@@ -127,9 +127,34 @@ func TestMigrationsCreateNoRoutines(t *testing.T) {
 
 func TestRenderPutsTheVersionsNamespace(t *testing.T) {
 	r := dialect.Routines{Version: 7}
-	got := r.Render("SELECT * FROM stageq_routines.claim($1); -- stageq_routines_note stays")
-	if got != "SELECT * FROM stageq_r7.claim($1); -- stageq_routines_note stays" {
+	got := r.Render("SELECT * FROM stageq_routines.claim($1), my_stageq_routines.t; -- stageq_routines_note stays")
+	if got != "SELECT * FROM stageq_r7.claim($1), my_stageq_routines.t; -- stageq_routines_note stays" {
 		t.Errorf("render: %q", got)
+	}
+}
+
+// Routines without sources, or numbered below 1, are refused before any
+// database is touched (nil here): version 0 or -1 would name a namespace
+// stageq_r0 or stageq_r-1 that no release means.
+func TestRoutinesWithoutSourcesOrVersionAreRefused(t *testing.T) {
+	good := postgres.Routines()
+	noFiles, zero, negative := good, good, good
+	noFiles.Files = nil
+	zero.Version = 0
+	negative.Version = -1
+	for name, r := range map[string]dialect.Routines{"no files": noFiles, "version 0": zero, "version -1": negative} {
+		if err := r.Validate(); err == nil {
+			t.Errorf("%s: Validate passed", name)
+		}
+		if _, err := r.Checksum(); err == nil {
+			t.Errorf("%s: Checksum passed", name)
+		}
+		if err := routines.Install(context.Background(), nil, r); err == nil {
+			t.Errorf("%s: Install passed", name)
+		}
+	}
+	if err := good.Validate(); err != nil {
+		t.Errorf("this build's routines: %v", err)
 	}
 }
 

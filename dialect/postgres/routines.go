@@ -21,8 +21,9 @@ func Routines() dialect.Routines {
 // may then name each other in any order; every function is compiled, and
 // checked, on its first call.
 var routineSQL = dialect.RoutineSQL{
-	Lock:    `SELECT pg_advisory_xact_lock(hashtextextended('stageq: routines', 0))`,
-	Prepare: []string{`SET LOCAL check_function_bodies = off`},
+	Lock:       `SELECT pg_advisory_xact_lock(hashtextextended('stageq: routines', 0))`,
+	LockShared: `SELECT pg_advisory_xact_lock_shared(hashtextextended('stageq: routines', 0))`,
+	Prepare:    []string{`SET LOCAL check_function_bodies = off`},
 	CreateNamespace: func(ctx context.Context, tx *sql.Tx, ns string) error {
 		if _, err := tx.ExecContext(ctx, `CREATE SCHEMA `+ns); err != nil {
 			return fmt.Errorf("create schema %s: %w", ns, err)
@@ -78,12 +79,8 @@ func copyUsage(ctx context.Context, tx *sql.Tx, ns string) error {
 
 // UseRelease implements dialect.ReleaseUser.
 func (p *Postgres) UseRelease(rel dialect.Release) {
-	if rel.Migrations != nil {
-		p.migrations = rel.Migrations
-	}
-	if rel.Routines != nil {
-		p.calls = newCalls(dialect.Routines{Version: rel.Routines.Version, Files: rel.Routines.Files, SQL: routineSQL})
-	}
+	p.migrations = rel.MigrationsOr(p.migrations)
+	p.calls = newCalls(rel.RoutinesOr(p.calls.Routines()))
 }
 
 // newCalls renders the statements that call a routine for r's version.

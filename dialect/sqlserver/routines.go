@@ -29,6 +29,7 @@ func Routines() dialect.Routines {
 // https://learn.microsoft.com/sql/t-sql/statements/drop-schema-transact-sql
 var routineSQL = dialect.RoutineSQL{
 	Lock:            routinesLockSQL,
+	LockShared:      routinesLockSharedSQL,
 	Prepare:         []string{`SET ANSI_NULLS ON; SET QUOTED_IDENTIFIER ON;`},
 	CreateNamespace: createNamespace,
 	DropNamespace:   dropNamespace,
@@ -46,6 +47,14 @@ EXEC @Lock = sys.sp_getapplock @Resource = N'stageq: routines', @LockMode = N'Ex
      @LockOwner = N'Transaction', @LockTimeout = 60000;
 IF @Lock < 0
     THROW 50091, N'stageq: could not take the routines lock within 60 s', 1;`
+	// routinesLockSharedSQL is routinesLockSQL in shared mode (a lock mode of
+	// sp_getapplock, per Microsoft's documentation; not run here).
+	routinesLockSharedSQL = `
+DECLARE @Lock int;
+EXEC @Lock = sys.sp_getapplock @Resource = N'stageq: routines', @LockMode = N'Shared',
+     @LockOwner = N'Transaction', @LockTimeout = 60000;
+IF @Lock < 0
+    THROW 50092, N'stageq: could not take the routines lock (shared) within 60 s', 1;`
 	routinesListSQL   = `SELECT version, checksum, installed_at FROM stageq.Routines ORDER BY version DESC`
 	routinesRecordSQL = `
 DECLARE @Version int = @pVersion, @Checksum nvarchar(64) = @pChecksum;
@@ -134,12 +143,8 @@ func dropNamespace(ctx context.Context, tx *sql.Tx, ns string) error {
 
 // UseRelease implements dialect.ReleaseUser.
 func (d *SQLServer) UseRelease(rel dialect.Release) {
-	if rel.Migrations != nil {
-		d.migrations = rel.Migrations
-	}
-	if rel.Routines != nil {
-		d.calls = newCalls(dialect.Routines{Version: rel.Routines.Version, Files: rel.Routines.Files, SQL: routineSQL})
-	}
+	d.migrations = rel.MigrationsOr(d.migrations)
+	d.calls = newCalls(rel.RoutinesOr(d.calls.Routines()))
 }
 
 // newCalls renders the statements that call a routine for r's version.

@@ -25,6 +25,7 @@ var statements = []statement{
 	{name: "schema floor table", sql: schemaFloorTableSQL},
 	{name: "schema floor", sql: schemaFloorSQL},
 	{name: "routines lock", byInstaller: true, sql: routinesLockSQL},
+	{name: "routines lock, shared", byInstaller: true, sql: routinesLockSharedSQL},
 	{name: "routines list", byInstaller: true, sql: routinesListSQL},
 	{name: "routines record", byInstaller: true, sql: routinesRecordSQL},
 	{name: "routines forget", byInstaller: true, sql: routinesForgetSQL},

@@ -127,9 +127,10 @@ BEGIN
         -- Every task arrives blocked; OpenStage then opens the lowest stage,
         -- stamping its tasks' turns (virtual times) in their priority order, and
         -- blocks again a started stage above a new lower one.
-        -- Inserted 1,000 at a time (r.ord is 1..n): SQL Server tries to escalate to
-        -- a table lock, which every claim's READPAST would wait for, once one
-        -- statement holds 5,000 locks on one index. All chunks are one transaction.
+        -- Inserted 1,000 at a time (r.ord is 1..n): Microsoft's documentation says
+        -- SQL Server tries to escalate to a table lock, which every claim's READPAST
+        -- would wait for, once one statement holds 5,000 locks on one index (not
+        -- seen here). All chunks are one transaction.
         SELECT @Last = MAX(r.ord) FROM @Raw AS r;
         SET @ChunkStart = 1;
         WHILE @ChunkStart <= @Last

@@ -47,8 +47,9 @@ BEGIN
             BREAK;
 
         -- Version 10: the attempt's body may still run in its own session (its
-        -- worker was killed; SQL Server notices a dead client only when it next
-        -- writes to it, so the body runs on). If the session stageq_routines.BodySession
+        -- worker was killed; by Microsoft's documentation SQL Server notices a
+        -- dead client only when it next writes to it, so the body runs on; not
+        -- run here). If the session stageq_routines.BodySession
         -- recorded in the attempt's Logs row is still there, still tagged with this
         -- attempt (CONTEXT_INFO, which a reused session id does not carry) and
         -- runs a request, KILL it and leave the task running, keeping its slot

@@ -1,7 +1,8 @@
 -- stageq.Enqueue, the public SQL API for one task (users' own SQL calls it:
 -- EXEC stageq.Enqueue @Body = N'EXEC etl.Load', @ExecutionOrder = 200, ...).
 -- It only forwards to the current routine set's Enqueue, with the same parameters,
--- result set (task_id), OUTPUT @TaskId and return code. CREATE OR ALTER keeps its permissions.
+-- result set (task_id), OUTPUT @TaskId and return code. CREATE OR ALTER keeps its
+-- permissions (Microsoft's documentation; not run on a SQL Server here).
 CREATE OR ALTER PROCEDURE stageq.Enqueue
     @Body           nvarchar(max),
     @ExecutionOrder int = 0,

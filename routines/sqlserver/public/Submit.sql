@@ -1,7 +1,9 @@
 -- stageq.Submit, the public SQL API for a batch of tasks into one process (users'
--- own SQL and the Go dialect call it). It only forwards to the current routine
--- set's Submit, with the same parameters, result set (process_id, task_id unless
--- @ResultSet = 0), OUTPUT parameters and return code. CREATE OR ALTER keeps its permissions.
+-- own SQL calls it; the Go dialect calls its own version's Submit). It only
+-- forwards to the current routine set's Submit, with the same parameters, result
+-- set (process_id, task_id unless @ResultSet = 0), OUTPUT parameters and return
+-- code. CREATE OR ALTER keeps its permissions (Microsoft's documentation; not
+-- run on a SQL Server here).
 CREATE OR ALTER PROCEDURE stageq.Submit
     @Process     nvarchar(400),
     @Tasks       nvarchar(max),
