@@ -26,13 +26,14 @@ type Querier interface {
 // transaction and must not be given nil. Whether there is a transaction is
 // said, never guessed from the type of a Querier.
 
-// On is where a method given tx runs its statements: tx, or db when tx is nil.
-// (A nil *sql.Tx inside a Querier would not compare equal to nil.)
-func On(db *sql.DB, tx *sql.Tx) Querier {
+// On is where a method given tx runs its statements: tx, or pool (a *sql.DB,
+// or a dialect's own pool querier) when tx is nil. (A nil *sql.Tx inside a
+// Querier would not compare equal to nil.)
+func On(pool Querier, tx *sql.Tx) Querier {
 	if tx != nil {
 		return tx
 	}
-	return db
+	return pool
 }
 
 // Dialect is everything the core asks of a database. Implementations must be safe

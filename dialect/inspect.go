@@ -197,14 +197,7 @@ func ScanWaitTask(scan func(dest ...any) error, w *TaskWait) error {
 		return err
 	}
 	t.RunAt, w.Now = runAt.Time, now.Time
-	if maxPar.Valid {
-		m := int(maxPar.Int64)
-		w.MaxParallel = &m
-	}
-	if cur.Valid {
-		c := int(cur.Int64)
-		w.CurrentOrder = &c
-	}
+	w.MaxParallel, w.CurrentOrder = IntOrNil(maxPar), IntOrNil(cur)
 	return nil
 }
 

@@ -285,7 +285,7 @@ func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, list
 		if err := r.Scan(&p.ID, &p.Name, &p.State, &p.Paused, &cur, &p.Priority, &p.Weight, &maxPar); err != nil {
 			return err
 		}
-		p.CurrentOrder, p.MaxParallel = intPtr(cur), intPtr(maxPar)
+		p.CurrentOrder, p.MaxParallel = IntOrNil(cur), IntOrNil(maxPar)
 		return nil
 	}, args...)
 	if err != nil {
@@ -333,12 +333,4 @@ func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, list
 		sort.Slice(out[i].Stages, func(a, b int) bool { return out[i].Stages[a].Order < out[i].Stages[b].Order })
 	}
 	return out, nil
-}
-
-func intPtr(v sql.NullInt64) *int {
-	if !v.Valid {
-		return nil
-	}
-	i := int(v.Int64)
-	return &i
 }

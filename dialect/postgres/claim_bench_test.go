@@ -2,45 +2,21 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/dialect/postgres"
+	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/migrations"
 )
 
 // benchDB creates and migrates a database for one benchmark and drops it after.
 func benchDB(b *testing.B) dialect.Dialect {
 	b.Helper()
-	base := os.Getenv("STAGEQ_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
 	ctx := context.Background()
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer admin.Close()
-	name := fmt.Sprintf("stageq_bench_%d_%08x", os.Getpid(), rand.Uint32())
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		b.Fatalf("PostgreSQL needed at %s: %v", dialect.Redact(base), err)
-	}
-	b.Cleanup(func() {
-		if a, err := sql.Open("pgx", base); err == nil {
-			a.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-			a.Close()
-		}
-	})
-	u, _ := url.Parse(base)
-	u.Path = "/" + name
-	d, err := postgres.Open(ctx, u.String())
+	d, err := postgres.Open(ctx, pgtest.NewDatabase(b, "stageq_bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,8 +38,8 @@ func benchExec(b *testing.B, d dialect.Dialect, q string, args ...any) {
 // benchRunnable adds n runnable processes with per tasks each, in bulk.
 func benchRunnable(b *testing.B, d dialect.Dialect, n, per int) {
 	benchExec(b, d, `
-INSERT INTO stageq.processes (name, current_order, runnable, ready_at)
-SELECT 'p' || g, 100, true, now() - interval '1 hour' FROM generate_series(1, $1) g`, n)
+INSERT INTO stageq.processes (name, current_order)
+SELECT 'p' || g, 100 FROM generate_series(1, $1) g`, n)
 	benchExec(b, d, `
 INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
 SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'

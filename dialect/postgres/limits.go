@@ -1,23 +1,28 @@
 package postgres
 
+import "github.com/stageq/stageq/dialect/sqlbase"
+
 // Limits live in stageq.limits (named keys and "kind:KIND") and in
 // processes.max_parallel ("process:NAME"). None of them is a counter: the slots
 // in use are the running tasks that match, counted by the claim under the limit
 // row's lock (stageq.limit_admits), so changing a row takes effect at the next
 // claim and a crashed holder's slot returns exactly when its lease is rescued.
-const (
+
+// limitSQL are the limit statements sqlbase runs (base.go).
+var limitSQL = sqlbase.LimitStatements{
 	// In: key, max. The NOTIFY wakes idle workers: a raised limit may admit work.
-	limitUpsertSQL = `
+	Upsert: `
 WITH up AS (
     INSERT INTO stageq.limits (key, max_running) VALUES ($1, $2)
     ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running, updated_at = now()
     RETURNING key
 )
-SELECT pg_notify('stageq_tasks', '') FROM up`
-	limitDeleteSQL = `DELETE FROM stageq.limits WHERE key = $1`
+SELECT pg_notify('stageq_tasks', '') FROM up`,
 
-	// limitListSQL reads every limit with its slots in use. In: key ("" for all).
-	limitListSQL = `
+	Delete: `DELETE FROM stageq.limits WHERE key = $1`,
+
+	// List reads every limit with its slots in use. In: key ("" for all).
+	List: `
 SELECT l.key, l.max_running, l.updated_at,
        CASE WHEN l.key LIKE 'kind:%'
             THEN (SELECT count(*) FROM stageq.tasks t WHERE t.kind = substr(l.key, 6) AND t.state = 'running')
@@ -30,5 +35,5 @@ SELECT 'process:' || p.name, p.max_parallel, p.updated_at,
        (SELECT count(*) FROM stageq.tasks t WHERE t.process_id = p.id AND t.state = 'running')
   FROM stageq.processes p
  WHERE p.max_parallel IS NOT NULL AND ($1 = '' OR 'process:' || p.name = $1)
- ORDER BY 1`
-)
+ ORDER BY 1`,
+}

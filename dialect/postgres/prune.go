@@ -2,45 +2,51 @@ package postgres
 
 import (
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
 var _ dialect.Pruner = (*Postgres)(nil)
 
-// Retention statements. In: age in milliseconds, batch size. Each deletes one
-// batch of rows no other transaction holds (SKIP LOCKED), oldest first along an
-// index, in its own short transaction.
-const (
-	pruneLogsSQL = `
+// retentionSQL are the prune statements sqlbase runs (base.go). In: age in
+// milliseconds, batch size. Each deletes one batch of rows no other
+// transaction holds (SKIP LOCKED), oldest first along an index, in its own
+// short transaction.
+var retentionSQL = sqlbase.RetentionStatements{
+	Logs: `
 DELETE FROM stageq.logs WHERE id IN (
     SELECT id FROM stageq.logs
      WHERE started_at < now() - $1 * interval '1 millisecond' AND outcome <> 'running'
-     ORDER BY started_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
-	pruneWorkersSQL = `
+     ORDER BY started_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+
+	Workers: `
 DELETE FROM stageq.workers WHERE id IN (
     SELECT w.id FROM stageq.workers w
      WHERE coalesce(w.stopped_at, w.heartbeat_at) < now() - $1 * interval '1 millisecond'
        AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.worker_id = w.id AND t.state = 'running')
-     LIMIT $2 FOR UPDATE SKIP LOCKED)`
+     LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+
 	// A process row is locked by submit and by every task change, so one being
 	// filled again is skipped; a process found empty under the lock stays empty
 	// until this deletion commits.
-	pruneProcessesSQL = `
+	Processes: `
 DELETE FROM stageq.processes WHERE id IN (
     SELECT p.id FROM stageq.processes p
      WHERE p.finished_at < now() - $1 * interval '1 millisecond'
        AND p.state IN ('succeeded', 'cancelled') AND p.name <> 'default'
        AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id)
-     ORDER BY p.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
-	pruneRecordSQL = `
+     ORDER BY p.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+
+	Record: `
 INSERT INTO stageq.prune_status AS s (id, worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
                                       retain_logs_s, retain_workers_s, retain_processes_s)
 VALUES (1, $1, now(), $2, $3, $4, $5, $6, $7)
 ON CONFLICT (id) DO UPDATE SET worker_id = EXCLUDED.worker_id, ran_at = EXCLUDED.ran_at,
     logs_deleted = EXCLUDED.logs_deleted, workers_deleted = EXCLUDED.workers_deleted,
     processes_deleted = EXCLUDED.processes_deleted, retain_logs_s = EXCLUDED.retain_logs_s,
-    retain_workers_s = EXCLUDED.retain_workers_s, retain_processes_s = EXCLUDED.retain_processes_s`
-	pruneLastSQL = `
+    retain_workers_s = EXCLUDED.retain_workers_s, retain_processes_s = EXCLUDED.retain_processes_s`,
+
+	Last: `
 SELECT worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
        retain_logs_s, retain_workers_s, retain_processes_s
-  FROM stageq.prune_status WHERE id = 1`
-)
+  FROM stageq.prune_status WHERE id = 1`,
+}

@@ -53,9 +53,11 @@ type Base struct {
 	// does not hold the lease's row while it reads the holder.
 	LeasesInTx bool
 
-	SQL      Statements
-	Schedule ScheduleStatements
-	Lease    LeaseStatements
+	SQL       Statements
+	Limits    LimitStatements
+	Retention RetentionStatements
+	Schedule  ScheduleStatements
+	Lease     LeaseStatements
 }
 
 // Statements are a dialect's texts for Base. "In" lists the parameters in
@@ -111,22 +113,4 @@ type Statements struct {
 	TaskList string
 	// ProcessGet reads a process by name. Out: id, name, state, current order.
 	ProcessGet string
-
-	// LimitUpsert creates or changes a named or kind limit. In: key, max.
-	LimitUpsert string
-	// LimitDelete removes one. In: key.
-	LimitDelete string
-	// LimitList reads limits with their slots in use, processes' max_parallel
-	// as "process:NAME". In: key ("" for all). Out: key, max, updated_at, running.
-	LimitList string
-
-	// PruneLogs, PruneWorkers and PruneProcesses each delete one batch. In:
-	// PruneAge's value, batch size.
-	PruneLogs, PruneWorkers, PruneProcesses string
-	// PruneRecord keeps the last pass in prune_status. In: worker, logs,
-	// workers, processes deleted, the three retentions in seconds.
-	PruneRecord string
-	// PruneLast reads it. Out: worker, ran_at, the three counts, the three
-	// retentions in seconds.
-	PruneLast string
 }

@@ -8,6 +8,17 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
+// LimitStatements are a dialect's texts for the concurrency limits.
+type LimitStatements struct {
+	// Upsert creates or changes a named or kind limit. In: key, max.
+	Upsert string
+	// Delete removes one. In: key.
+	Delete string
+	// List reads limits with their slots in use, processes' max_parallel
+	// as "process:NAME". In: key ("" for all). Out: key, max, updated_at, running.
+	List string
+}
+
 // Limits live in the limits table (named keys and "kind:KIND") and in a
 // process's max_parallel ("process:NAME"). None of them is a counter: the slots
 // in use are the running tasks that match, counted by the claim, so a change
@@ -21,7 +32,7 @@ func (b *Base) LimitSet(ctx context.Context, key string, max int) error {
 	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
 		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
 	}
-	if _, err := b.Pool.ExecContext(ctx, b.SQL.LimitUpsert, key, max); err != nil {
+	if _, err := b.Pool.ExecContext(ctx, b.Limits.Upsert, key, max); err != nil {
 		return fmt.Errorf("set limit %q: %w", key, b.MapErr(err))
 	}
 	return nil
@@ -45,7 +56,7 @@ func (b *Base) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
 }
 
 func (b *Base) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LimitList, dialect.ScanLimitInfo, key)
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Limits.List, dialect.ScanLimitInfo, key)
 	if err != nil {
 		return nil, fmt.Errorf("list limits: %w", err)
 	}
@@ -61,14 +72,9 @@ func (b *Base) LimitDelete(ctx context.Context, key string) error {
 		none := 0
 		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
 	}
-	res, err := b.Pool.ExecContext(ctx, b.SQL.LimitDelete, key)
+	res, err := b.Pool.ExecContext(ctx, b.Limits.Delete, key)
 	if err != nil {
 		return fmt.Errorf("delete limit %q: %w", key, b.MapErr(err))
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("delete limit %q: %w", key, err)
-	} else if n == 0 {
-		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
-	}
-	return nil
+	return oneRow(res, fmt.Sprintf("limit %q", key))
 }

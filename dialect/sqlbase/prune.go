@@ -10,6 +10,19 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
+// RetentionStatements are a dialect's texts for pruning old rows.
+type RetentionStatements struct {
+	// Logs, Workers and Processes each delete one batch. In:
+	// PruneAge's value, batch size.
+	Logs, Workers, Processes string
+	// Record keeps the last pass in prune_status. In: worker, logs,
+	// workers, processes deleted, the three retentions in seconds.
+	Record string
+	// Last reads it. Out: worker, ran_at, the three counts, the three
+	// retentions in seconds.
+	Last string
+}
+
 func (b *Base) prune(ctx context.Context, stmt, what string, p dialect.PruneParams) (int, error) {
 	age, err := b.PruneAge(ctx, p.Age)
 	if err != nil {
@@ -28,22 +41,22 @@ func (b *Base) prune(ctx context.Context, stmt, what string, p dialect.PrunePara
 
 // PruneLogs implements dialect.Pruner.
 func (b *Base) PruneLogs(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return b.prune(ctx, b.SQL.PruneLogs, "logs", p)
+	return b.prune(ctx, b.Retention.Logs, "logs", p)
 }
 
 // PruneWorkers implements dialect.Pruner.
 func (b *Base) PruneWorkers(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return b.prune(ctx, b.SQL.PruneWorkers, "workers", p)
+	return b.prune(ctx, b.Retention.Workers, "workers", p)
 }
 
 // PruneProcesses implements dialect.Pruner.
 func (b *Base) PruneProcesses(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return b.prune(ctx, b.SQL.PruneProcesses, "processes", p)
+	return b.prune(ctx, b.Retention.Processes, "processes", p)
 }
 
 // PruneRecord implements dialect.Pruner.
 func (b *Base) PruneRecord(ctx context.Context, s dialect.PruneStatus) error {
-	_, err := b.Pool.ExecContext(ctx, b.SQL.PruneRecord, s.WorkerID, s.LogsDeleted, s.WorkersDeleted, s.ProcessesDeleted,
+	_, err := b.Pool.ExecContext(ctx, b.Retention.Record, s.WorkerID, s.LogsDeleted, s.WorkersDeleted, s.ProcessesDeleted,
 		int64(s.RetainLogs/time.Second), int64(s.RetainWorkers/time.Second), int64(s.RetainProcesses/time.Second))
 	if err != nil {
 		return fmt.Errorf("record prune pass: %w", b.MapErr(err))
@@ -56,7 +69,7 @@ func (b *Base) PruneLast(ctx context.Context) (dialect.PruneStatus, bool, error)
 	var s dialect.PruneStatus
 	var ran dialect.TimeScan
 	var rl, rw, rp int64
-	err := b.Pool.QueryRowContext(ctx, b.SQL.PruneLast).Scan(&s.WorkerID, &ran, &s.LogsDeleted, &s.WorkersDeleted,
+	err := b.Pool.QueryRowContext(ctx, b.Retention.Last).Scan(&s.WorkerID, &ran, &s.LogsDeleted, &s.WorkersDeleted,
 		&s.ProcessesDeleted, &rl, &rw, &rp)
 	if errors.Is(err, sql.ErrNoRows) {
 		return s, false, nil

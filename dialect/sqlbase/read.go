@@ -10,21 +10,22 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// noLimit stands for "every row" in the LIMIT of a read.
-const noLimit = 1 << 30
+// rowLimit is a read's LIMIT: n, or every row (1<<30) when n is 0 or less.
+func rowLimit(n int) int {
+	if n <= 0 {
+		return 1 << 30
+	}
+	return n
+}
 
 // LogList implements dialect.Dialect.
 func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = noLimit
-	}
 	since := f.Since
 	if since.IsZero() {
 		since = time.Unix(0, 0)
 	}
 	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LogList, dialect.ScanLogEntry,
-		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), limit)
+		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list logs: %w", err)
 	}
@@ -33,12 +34,8 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 
 // TaskList implements dialect.Dialect.
 func (b *Base) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = noLimit
-	}
 	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.TaskList, dialect.ScanTaskInfo,
-		f.Process, f.State, limit)
+		f.Process, f.State, rowLimit(f.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -56,9 +53,6 @@ func (b *Base) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo
 	if err != nil {
 		return pi, fmt.Errorf("get process %q: %w", name, b.MapErr(err))
 	}
-	if cur.Valid {
-		c := int(cur.Int64)
-		pi.CurrentOrder = &c
-	}
+	pi.CurrentOrder = dialect.IntOrNil(cur)
 	return pi, nil
 }

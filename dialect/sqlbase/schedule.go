@@ -61,7 +61,7 @@ func (b *Base) scheduleErr(what string, err error) error {
 // ScheduleCreate implements dialect.Scheduler.
 func (b *Base) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
 	var id int64
-	err := b.on(tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
+	err := dialect.On(b.Pool, tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, b.Time(sp.NextRun)).Scan(&id)
 	if err != nil {
 		return 0, b.scheduleErr(fmt.Sprintf("create schedule %q", sp.Name), err)
@@ -199,11 +199,7 @@ func (b *Base) ScheduleNextDue(ctx context.Context) (time.Duration, bool, error)
 
 // ScheduleRunList implements dialect.Scheduler.
 func (b *Base) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter) ([]dialect.ScheduleRun, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = noLimit
-	}
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.RunList, dialect.ScanScheduleRun, f.Name, limit)
+	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.RunList, dialect.ScanScheduleRun, f.Name, rowLimit(f.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, err)
 	}
@@ -215,17 +211,10 @@ func (b *Base) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter)
 // schedule and lease statement compares with.
 func (b *Base) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
 	var now dialect.TimeScan
-	if err := b.on(tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now); err != nil {
+	if err := dialect.On(b.Pool, tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("read the database clock: %w", b.MapErr(err))
 	}
 	return now.Time, nil
-}
-
-func (b *Base) on(tx *sql.Tx) dialect.Querier {
-	if tx != nil {
-		return tx
-	}
-	return b.Pool
 }
 
 func nullMillis(d time.Duration) sql.NullInt64 {

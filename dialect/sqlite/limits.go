@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
 // Limits. Every function here runs inside the caller's write
@@ -17,12 +18,18 @@ const (
 	limitMaxSQL         = `SELECT max_running FROM stageq_limits WHERE key = ?`
 	limitRunningKeySQL  = `SELECT count(*) FROM stageq_tasks WHERE limit_key = ? AND state = 'running'`
 	limitRunningKindSQL = `SELECT count(*) FROM stageq_tasks WHERE kind = ? AND state = 'running'`
-	limitUpsertSQL      = `
+)
+
+// limitSQL are the limit statements sqlbase runs (base.go).
+var limitSQL = sqlbase.LimitStatements{
+	Upsert: `
 INSERT INTO stageq_limits (key, max_running) VALUES (?, ?)
-ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')`
-	limitDeleteSQL = `DELETE FROM stageq_limits WHERE key = ?`
+ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')`,
+
+	Delete: `DELETE FROM stageq_limits WHERE key = ?`,
+
 	// In: key ("" for all).
-	limitListSQL = `
+	List: `
 SELECT l.key, l.max_running, l.updated_at,
        CASE WHEN l.key LIKE 'kind:%'
             THEN (SELECT count(*) FROM stageq_tasks t WHERE t.kind = substr(l.key, 6) AND t.state = 'running')
@@ -35,8 +42,8 @@ SELECT 'process:' || p.name, p.max_parallel, p.updated_at,
        (SELECT count(*) FROM stageq_tasks t WHERE t.process_id = p.id AND t.state = 'running')
   FROM stageq_processes p
  WHERE p.max_parallel IS NOT NULL AND (?1 = '' OR 'process:' || p.name = ?1)
- ORDER BY 1`
-)
+ ORDER BY 1`,
+}
 
 // limitAdmits says whether one more task with limit key key ("" for none) and
 // kind kind may start now, counting the running tasks that hold the slots.

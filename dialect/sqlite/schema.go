@@ -47,8 +47,4 @@ func schemaVersion(ctx context.Context, db *sql.DB) (uint, bool, error) {
 }
 
 // UseRelease implements dialect.ReleaseUser (SQLite keeps no routines).
-func (s *SQLite) UseRelease(rel dialect.Release) {
-	if rel.Migrations != nil {
-		s.migrations = rel.Migrations
-	}
-}
+func (s *SQLite) UseRelease(rel dialect.Release) { s.migrations = rel.MigrationsOr(s.migrations) }

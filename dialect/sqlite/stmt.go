@@ -124,15 +124,6 @@ type dbQuerier struct{ s *SQLite }
 // pool returns the querier for statements outside a transaction.
 func (s *SQLite) pool() dialect.Querier { return dbQuerier{s} }
 
-// on is where a method given tx runs its statements (dialect.On): tx, or
-// the pool with its cached prepared statements.
-func (s *SQLite) on(tx *sql.Tx) dialect.Querier {
-	if tx != nil {
-		return tx
-	}
-	return s.pool()
-}
-
 // ExecContext implements dialect.Querier.
 func (q dbQuerier) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if st := q.s.prepareStmt(ctx, query); st != nil {
