@@ -23,22 +23,9 @@ func newestProcedures(t *testing.T) map[string]string {
 // codeOnlyKeepStrings is the text without comments, string literals kept.
 func codeOnlyKeepStrings(t *testing.T, name, s string) string {
 	t.Helper()
-	parts, err := lexTSQL(s)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		switch p.kind {
-		case partCode:
-			b.WriteString(p.text)
-		case partString:
-			b.WriteString("'" + strings.ReplaceAll(p.text, "'", "''") + "'")
-		case partComment:
-			b.WriteByte(' ')
-		}
-	}
-	return b.String()
+	return withoutComments(t, name, s, func(content string) string {
+		return "'" + strings.ReplaceAll(content, "'", "''") + "'"
+	})
 }
 
 // TestAbandonBudget: the newest procedures carry the abandon budget (issue 10,

@@ -138,15 +138,12 @@ func (d *SQLServer) LeaseRelease(ctx context.Context, lp dialect.LeaseReleasePar
 	if err := leaseCheck(lp.Name, lp.Holder, time.Millisecond); err != nil {
 		return fmt.Errorf("release lease %q: %w", lp.Name, err)
 	}
-	var n int
-	err := d.retry(ctx, retrySafe, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, leaseReleaseSQL,
-			nvarchar("pName", lp.Name),
-			nvarchar("pHolder", lp.Holder),
-			bigint("pToken", lp.Token)).Scan(&n)
-	})
+	n, err := d.queryCount(ctx, retrySafe, leaseReleaseSQL,
+		nvarchar("pName", lp.Name),
+		nvarchar("pHolder", lp.Holder),
+		bigint("pToken", lp.Token))
 	if err != nil {
-		return fmt.Errorf("release lease %q: %w", lp.Name, mapErr(err))
+		return fmt.Errorf("release lease %q: %w", lp.Name, err)
 	}
 	if n != 1 {
 		return fmt.Errorf("release lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)

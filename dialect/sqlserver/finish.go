@@ -154,6 +154,13 @@ type finishResult struct {
 	RetryMs int64  `json:"retry_ms"`
 }
 
+// finishedRow is one row of finishManySQL's answer: a task whose attempt was
+// recorded, or a process whose stage may have ended.
+type finishedRow struct{ task, process sql.NullInt64 }
+
+// scanFinishedRow reads a finishedRow.
+func scanFinishedRow(r *sql.Rows, f *finishedRow) error { return r.Scan(&f.task, &f.process) }
+
 // TaskFinishMany implements dialect.BatchFinisher, in chunks of maxFinishChunk
 // results, each its own transaction (a chunk that committed stays recorded when a
 // later one fails). A chunk is retried only after errors that guarantee nothing
@@ -175,38 +182,17 @@ func (d *SQLServer) TaskFinishMany(ctx context.Context, ps []dialect.FinishParam
 		if err != nil {
 			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
 		}
-		var ids, pids []int64
-		err = d.retry(ctx, retrySafe, func(ctx context.Context) error {
-			ids, pids = nil, nil
-			rows, err := d.db.QueryContext(ctx, d.calls.SQL(finishManySQL), nvarchar("pResults", string(body)))
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id, pid sql.NullInt64
-				if err := rows.Scan(&id, &pid); err != nil {
-					return err
-				}
-				if id.Valid {
-					ids = append(ids, id.Int64)
-				}
-				if pid.Valid {
-					pids = append(pids, pid.Int64)
-				}
-			}
-			return rows.Err()
-		})
+		got, err := queryAll(ctx, d, retrySafe, d.calls.SQL(finishManySQL), scanFinishedRow, nvarchar("pResults", string(body)))
 		if err != nil {
-			return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
 		}
-		for _, id := range ids {
-			held[id] = true
-		}
-		for _, pid := range pids {
-			if !seen[pid] {
-				seen[pid] = true
-				res.Advance = append(res.Advance, pid)
+		for _, r := range got {
+			if r.task.Valid {
+				held[r.task.Int64] = true
+			}
+			if r.process.Valid && !seen[r.process.Int64] {
+				seen[r.process.Int64] = true
+				res.Advance = append(res.Advance, r.process.Int64)
 			}
 		}
 	}
@@ -229,6 +215,9 @@ EXEC stageq_routines.Advance @Ids = @Ids;`
 // maxAdvanceChunk bounds the ids of one Advance call, so one call stays short.
 const maxAdvanceChunk = 500
 
+// scanID reads a row of one id.
+func scanID(r *sql.Rows, id *int64) error { return r.Scan(id) }
+
 // StagesAdvance implements dialect.StageAdvancer. Idempotent, so retried after
 // any transient error.
 func (d *SQLServer) StagesAdvance(ctx context.Context, processIDs []int64) ([]int64, error) {
@@ -239,26 +228,10 @@ func (d *SQLServer) StagesAdvance(ctx context.Context, processIDs []int64) ([]in
 		if err != nil {
 			return processIDs, fmt.Errorf("advance stages of %d processes: %w", len(processIDs), err)
 		}
-		var got []int64
-		err = d.retry(ctx, retryAll, func(ctx context.Context) error {
-			got = nil
-			rows, err := d.db.QueryContext(ctx, d.calls.SQL(advanceSQL), nvarchar("pIds", string(body)))
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				got = append(got, id)
-			}
-			return rows.Err()
-		})
+		got, err := queryAll(ctx, d, retryAll, d.calls.SQL(advanceSQL), scanID, nvarchar("pIds", string(body)))
 		if err != nil {
 			// What was not tried yet, and this chunk, are all still to do.
-			return append(busy, processIDs[start:]...), fmt.Errorf("advance stages of %d processes: %w", len(processIDs), mapErr(err))
+			return append(busy, processIDs[start:]...), fmt.Errorf("advance stages of %d processes: %w", len(processIDs), err)
 		}
 		busy = append(busy, got...)
 	}

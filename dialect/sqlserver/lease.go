@@ -79,12 +79,9 @@ func (d *SQLServer) TaskRescueExpired(ctx context.Context, rp dialect.RescuePara
 	if n <= 0 {
 		n = 100
 	}
-	var rescued int
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, d.calls.SQL(rescueSQL), integer("pMax", int32(min(n, 1000)))).Scan(&rescued)
-	})
+	rescued, err := d.queryCount(ctx, retryAll, d.calls.SQL(rescueSQL), integer("pMax", int32(min(n, 1000))))
 	if err != nil {
-		return 0, fmt.Errorf("rescue expired leases: %w", mapErr(err))
+		return 0, fmt.Errorf("rescue expired leases: %w", err)
 	}
 	return rescued, nil
 }

@@ -76,6 +76,15 @@ func clampInt32(v int64) int32 {
 	return int32(v)
 }
 
+// rowLimit is a list's row limit as a TOP (@Limit) int parameter takes it: n,
+// or every row when n is 0 or less.
+func rowLimit(n int) int32 {
+	if n <= 0 {
+		return 1<<31 - 1
+	}
+	return clampInt32(int64(n))
+}
+
 // millis is d in whole milliseconds, at least 1 when d is positive.
 func millis(d time.Duration) int64 {
 	ms := d.Milliseconds()

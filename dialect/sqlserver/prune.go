@@ -254,13 +254,14 @@ const pruneChunk = 1000
 const pruneMaxAge = (1<<31 - 1) * time.Second
 
 // pruneBatches deletes up to p.Batch rows with run, which sends one prune
-// statement for up to n rows: p.Batch in statements of at most pruneChunk rows,
-// each its own transaction, until one deletes fewer than it was asked to. Each
-// statement is retried after rolled-back and broken-connection errors: running it
-// again deletes only rows that are still old, so at worst a lost answer leaves a
-// batch uncounted.
+// statement for up to n rows and returns how many it deleted: p.Batch in
+// statements of at most pruneChunk rows, each its own transaction, until one
+// deletes fewer than it was asked to. run retries its statement after
+// rolled-back and broken-connection errors (retryAll): running it again deletes
+// only rows that are still old, so at worst a lost answer leaves a batch
+// uncounted.
 func (d *SQLServer) pruneBatches(ctx context.Context, what string, p dialect.PruneParams,
-	run func(ctx context.Context, ageMs int64, n int32) *sql.Row) (int, error) {
+	run func(ctx context.Context, ageMs int64, n int32) (int, error)) (int, error) {
 	if p.Age <= 0 || p.Batch <= 0 {
 		return 0, fmt.Errorf("prune %s: %w: age and batch must be positive, got %s and %d", what, dialect.ErrInvalid, p.Age, p.Batch)
 	}
@@ -268,12 +269,9 @@ func (d *SQLServer) pruneBatches(ctx context.Context, what string, p dialect.Pru
 	total := 0
 	for total < p.Batch {
 		n := min(p.Batch-total, pruneChunk)
-		var got int
-		err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-			return run(ctx, ageMs, int32(n)).Scan(&got)
-		})
+		got, err := run(ctx, ageMs, int32(n))
 		if err != nil {
-			return total, fmt.Errorf("prune %s: %w", what, mapErr(err))
+			return total, fmt.Errorf("prune %s: %w", what, err)
 		}
 		total += got
 		if got < n {
@@ -285,22 +283,22 @@ func (d *SQLServer) pruneBatches(ctx context.Context, what string, p dialect.Pru
 
 // PruneLogs implements dialect.Pruner.
 func (d *SQLServer) PruneLogs(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return d.pruneBatches(ctx, "logs", p, func(ctx context.Context, ageMs int64, n int32) *sql.Row {
-		return d.db.QueryRowContext(ctx, pruneLogsSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
+	return d.pruneBatches(ctx, "logs", p, func(ctx context.Context, ageMs int64, n int32) (int, error) {
+		return d.queryCount(ctx, retryAll, pruneLogsSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
 	})
 }
 
 // PruneWorkers implements dialect.Pruner.
 func (d *SQLServer) PruneWorkers(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return d.pruneBatches(ctx, "workers", p, func(ctx context.Context, ageMs int64, n int32) *sql.Row {
-		return d.db.QueryRowContext(ctx, pruneWorkersSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
+	return d.pruneBatches(ctx, "workers", p, func(ctx context.Context, ageMs int64, n int32) (int, error) {
+		return d.queryCount(ctx, retryAll, pruneWorkersSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
 	})
 }
 
 // PruneProcesses implements dialect.Pruner.
 func (d *SQLServer) PruneProcesses(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return d.pruneBatches(ctx, "processes", p, func(ctx context.Context, ageMs int64, n int32) *sql.Row {
-		return d.db.QueryRowContext(ctx, pruneProcessesSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
+	return d.pruneBatches(ctx, "processes", p, func(ctx context.Context, ageMs int64, n int32) (int, error) {
+		return d.queryCount(ctx, retryAll, pruneProcessesSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
 	})
 }
 
@@ -309,19 +307,16 @@ func (d *SQLServer) PruneRecord(ctx context.Context, s dialect.PruneStatus) erro
 	if err := checkLen("worker id", s.WorkerID, maxName); err != nil {
 		return fmt.Errorf("record prune pass: %w", err)
 	}
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		_, err := d.db.ExecContext(ctx, pruneRecordSQL,
-			nvarchar("pWorkerId", s.WorkerID),
-			bigint("pLogsDeleted", s.LogsDeleted),
-			bigint("pWorkersDeleted", s.WorkersDeleted),
-			bigint("pProcessesDeleted", s.ProcessesDeleted),
-			bigint("pRetainLogsS", int64(s.RetainLogs/time.Second)),
-			bigint("pRetainWorkersS", int64(s.RetainWorkers/time.Second)),
-			bigint("pRetainProcessesS", int64(s.RetainProcesses/time.Second)))
-		return err
-	})
+	err := d.exec(ctx, retryAll, pruneRecordSQL,
+		nvarchar("pWorkerId", s.WorkerID),
+		bigint("pLogsDeleted", s.LogsDeleted),
+		bigint("pWorkersDeleted", s.WorkersDeleted),
+		bigint("pProcessesDeleted", s.ProcessesDeleted),
+		bigint("pRetainLogsS", int64(s.RetainLogs/time.Second)),
+		bigint("pRetainWorkersS", int64(s.RetainWorkers/time.Second)),
+		bigint("pRetainProcessesS", int64(s.RetainProcesses/time.Second)))
 	if err != nil {
-		return fmt.Errorf("record prune pass: %w", mapErr(err))
+		return fmt.Errorf("record prune pass: %w", err)
 	}
 	return nil
 }

@@ -41,10 +41,6 @@ OPTION (RECOMPILE);`
 
 // LogList implements dialect.Dialect.
 func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
-	limit := int32(1<<31 - 1)
-	if f.Limit > 0 {
-		limit = clampInt32(int64(f.Limit))
-	}
 	since := f.Since
 	if since.IsZero() {
 		since = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -55,7 +51,7 @@ func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect
 		nvarchar("pWorkerId", f.WorkerID),
 		nvarchar("pOutcome", string(f.Outcome)),
 		datetime2("pSince", since),
-		integer("pLimit", limit))
+		integer("pLimit", rowLimit(f.Limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list logs: %w", err)
 	}
@@ -79,14 +75,10 @@ OPTION (RECOMPILE);`
 
 // TaskList implements dialect.Dialect.
 func (d *SQLServer) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	limit := int32(1<<31 - 1)
-	if f.Limit > 0 {
-		limit = clampInt32(int64(f.Limit))
-	}
 	out, err := queryAll(ctx, d, retryAll, taskListSQL, dialect.ScanTaskInfo,
 		nvarchar("pProcess", f.Process),
 		nvarchar("pState", f.State),
-		integer("pLimit", limit))
+		integer("pLimit", rowLimit(f.Limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -113,9 +105,6 @@ func (d *SQLServer) ProcessGet(ctx context.Context, name string) (dialect.Proces
 	if err != nil {
 		return pi, fmt.Errorf("get process %q: %w", name, mapErr(err))
 	}
-	if cur.Valid {
-		c := int(cur.Int64)
-		pi.CurrentOrder = &c
-	}
+	pi.CurrentOrder = dialect.IntOrNil(cur)
 	return pi, nil
 }

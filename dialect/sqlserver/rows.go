@@ -33,5 +33,32 @@ func queryAll[T any](ctx context.Context, d *SQLServer, mode retryMode, stmt str
 	return out, nil
 }
 
+// exec runs stmt on the pool, retried as mode allows, for its effect only.
+// Errors are mapped (mapErr).
+func (d *SQLServer) exec(ctx context.Context, mode retryMode, stmt string, args ...any) error {
+	err := d.retry(ctx, mode, func(ctx context.Context) error {
+		_, err := d.db.ExecContext(ctx, stmt, args...)
+		return err
+	})
+	if err != nil {
+		return mapErr(err)
+	}
+	return nil
+}
+
+// queryCount runs stmt on the pool, retried as mode allows, and returns the
+// count its one row answers (rows changed, deleted or rescued). Errors are
+// mapped (mapErr).
+func (d *SQLServer) queryCount(ctx context.Context, mode retryMode, stmt string, args ...any) (int, error) {
+	var n int
+	err := d.retry(ctx, mode, func(ctx context.Context) error {
+		return d.db.QueryRowContext(ctx, stmt, args...).Scan(&n)
+	})
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return n, nil
+}
+
 // noMap leaves an error as the driver gave it, for retry to classify.
 func noMap(err error) error { return err }

@@ -108,12 +108,9 @@ func (d *SQLServer) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePa
 	if err := checkLen("schedule name", sp.Name, maxName); err != nil {
 		return fmt.Errorf("pause schedule: %w", err)
 	}
-	var n int
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, schedulePauseSQL, nvarchar("pName", sp.Name), bit("pPaused", sp.Paused)).Scan(&n)
-	})
+	n, err := d.queryCount(ctx, retryAll, schedulePauseSQL, nvarchar("pName", sp.Name), bit("pPaused", sp.Paused))
 	if err != nil {
-		return fmt.Errorf("pause schedule %q: %w", sp.Name, mapErr(err))
+		return fmt.Errorf("pause schedule %q: %w", sp.Name, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("schedule %s: %w", sp.Name, dialect.ErrNotFound)
@@ -148,12 +145,9 @@ func (d *SQLServer) ScheduleDelete(ctx context.Context, name string) error {
 	if err := checkLen("schedule name", name, maxName); err != nil {
 		return fmt.Errorf("delete schedule: %w", err)
 	}
-	var n int
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, scheduleDeleteSQL, nvarchar("pName", name)).Scan(&n)
-	})
+	n, err := d.queryCount(ctx, retryAll, scheduleDeleteSQL, nvarchar("pName", name))
 	if err != nil {
-		return fmt.Errorf("delete schedule %q: %w", name, mapErr(err))
+		return fmt.Errorf("delete schedule %q: %w", name, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("schedule %s: %w", name, dialect.ErrNotFound)
@@ -373,12 +367,8 @@ func (d *SQLServer) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFi
 	if err := checkLen("schedule name", f.Name, maxName); err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	limit := int32(1<<31 - 1)
-	if f.Limit > 0 {
-		limit = clampInt32(int64(f.Limit))
-	}
 	out, err := queryAll(ctx, d, retryAll, scheduleRunListSQL, dialect.ScanScheduleRun,
-		nvarchar("pName", f.Name), integer("pLimit", limit))
+		nvarchar("pName", f.Name), integer("pLimit", rowLimit(f.Limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, err)
 	}

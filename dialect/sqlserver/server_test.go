@@ -98,6 +98,25 @@ func skipForBabelfishGap(t *testing.T, babelfish bool, gap string) {
 // g9 is why every test that submits tasks skips on Babelfish.
 const g9 = "stageq.StampDone raises the virtual clock with sys.sp_sequence_get_range, which Babelfish lacks (G9)"
 
+// openForTasks opens the dialect on a fresh, migrated database that tasks can be
+// submitted to: on Babelfish it skips the test (g9).
+func openForTasks(t *testing.T) *SQLServer {
+	t.Helper()
+	d, babelfish := openMigrated(t)
+	skipForBabelfishGap(t, babelfish, g9)
+	return d
+}
+
+// submit submits sp on the pool; the test fails if it cannot.
+func submit(t *testing.T, d *SQLServer, sp dialect.SubmitParams) dialect.SubmitResult {
+	t.Helper()
+	res, err := d.Submit(context.Background(), nil, sp)
+	if err != nil {
+		t.Fatalf("submit %d tasks to %q: %v", len(sp.Tasks), sp.Process, err)
+	}
+	return res
+}
+
 func stateCounts(t *testing.T, db *sql.DB, process string) map[string]int {
 	t.Helper()
 	rows, err := db.Query(`SELECT CONCAT(state, N'@', execution_order), COUNT(*) FROM stageq.Tasks
@@ -130,14 +149,10 @@ func tasksOf(n, order int, kind string) []dialect.NewTask {
 // and OpenStage re-states a stage 1,000 tasks at a time; every task must still be
 // inserted, in order, and every task of a stage must change state together.
 func TestServerLargeStagesAreChunkedWhole(t *testing.T) {
-	d, babelfish := openMigrated(t)
-	skipForBabelfishGap(t, babelfish, g9)
+	d := openForTasks(t)
 	ctx := context.Background()
 
-	res, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "big", Tasks: tasksOf(2500, 1, "sql")})
-	if err != nil {
-		t.Fatalf("submit 2,500: %v", err)
-	}
+	res := submit(t, d, dialect.SubmitParams{Process: "big", Tasks: tasksOf(2500, 1, "sql")})
 	if len(res.TaskIDs) != 2500 {
 		t.Fatalf("submit 2,500 returned %d ids", len(res.TaskIDs))
 	}
@@ -151,15 +166,13 @@ func TestServerLargeStagesAreChunkedWhole(t *testing.T) {
 	}
 
 	// A lower order arrives: the 2,500 tasks of order 1 wait again (three chunks).
-	if _, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "big", Tasks: tasksOf(1200, 0, "sql")}); err != nil {
-		t.Fatalf("submit 1,200 at order 0: %v", err)
-	}
+	submit(t, d, dialect.SubmitParams{Process: "big", Tasks: tasksOf(1200, 0, "sql")})
 	if got := stateCounts(t, d.DB(), "big"); got["blocked@1"] != 2500 || got["available@0"] != 1200 || len(got) != 2 {
 		t.Fatalf("after a lower order arrived: %v, want 2,500 blocked at 1 and 1,200 available at 0", got)
 	}
 
 	// Order 0 goes away under the process lock; OpenStage opens all of order 1.
-	_, err = d.DB().ExecContext(ctx, `
+	_, err := d.DB().ExecContext(ctx, `
 SET XACT_ABORT ON;
 BEGIN TRANSACTION;
 DECLARE @Id bigint;
@@ -178,16 +191,12 @@ COMMIT TRANSACTION;`)
 // TestServerScheduleStampsEveryTask: the tick's tasks are stamped 1,000 per
 // statement; all of them must carry the schedule.
 func TestServerScheduleStampsEveryTask(t *testing.T) {
-	d, babelfish := openMigrated(t)
-	skipForBabelfishGap(t, babelfish, g9)
+	d := openForTasks(t)
 	ctx := context.Background()
-	res, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "tick", Tasks: tasksOf(2100, 0, "sql")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := submit(t, d, dialect.SubmitParams{Process: "tick", Tasks: tasksOf(2100, 0, "sql")})
 	var id int64
 	var next time.Time
-	err = d.DB().QueryRowContext(ctx, `
+	err := d.DB().QueryRowContext(ctx, `
 INSERT INTO stageq.Schedules (name, interval_ms, [plan], next_run)
 OUTPUT inserted.id, inserted.next_run
 VALUES (N'nightly', 60000, N'{}', '2020-01-01T00:00:00');`).Scan(&id, &next)
@@ -225,19 +234,16 @@ VALUES (N'nightly', 60000, N'{}', '2020-01-01T00:00:00');`).Scan(&id, &next)
 // TestServerLongKindsHaveLimitsOfTheirOwn: two 200-character kinds that share
 // their first 195 characters; a limit of 0 on one must not hold back the other.
 func TestServerLongKindsHaveLimitsOfTheirOwn(t *testing.T) {
-	d, babelfish := openMigrated(t)
-	skipForBabelfishGap(t, babelfish, g9)
+	d := openForTasks(t)
 	ctx := context.Background()
 	kindA := strings.Repeat("k", 195) + "aaaaa"
 	kindB := strings.Repeat("k", 195) + "bbbbb"
 	if err := d.LimitSet(ctx, "kind:"+kindA, 0); err != nil {
 		t.Fatalf("limit on a 200-character kind: %v", err)
 	}
-	if _, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "p", Tasks: []dialect.NewTask{
+	submit(t, d, dialect.SubmitParams{Process: "p", Tasks: []dialect.NewTask{
 		{Order: 0, Kind: kindA, Body: "a", MaxAttempts: 3}, {Order: 0, Kind: kindB, Body: "b", MaxAttempts: 3},
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	}})
 	got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w1", Max: 10, Token: 1, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
@@ -324,9 +330,7 @@ func TestServerFinishManyMixedOutcomes(t *testing.T) {
 	// Seen failing there: "missing FROM-clause entry for table tasks".
 	skipForBabelfishGap(t, babelfish, g9+"; the hand-back UPDATE t ... OUTPUT ... INTO @Ended FROM stageq.Tasks AS t of stageq.FinishMany hits its gap G2")
 	ctx := context.Background()
-	if _, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "mixed", Tasks: append(tasksOf(4, 1, "sql"), tasksOf(1, 2, "sql")...)}); err != nil {
-		t.Fatal(err)
-	}
+	submit(t, d, dialect.SubmitParams{Process: "mixed", Tasks: append(tasksOf(4, 1, "sql"), tasksOf(1, 2, "sql")...)})
 	got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 10, Token: 7, Lease: time.Minute})
 	if err != nil || len(got) != 4 {
 		t.Fatalf("claim: %d tasks, %v; want the 4 of order 1", len(got), err)
@@ -365,17 +369,12 @@ func TestServerFinishManyMixedOutcomes(t *testing.T) {
 // TestServerWeightsInterleave: tasks of a weight-3 process take three turns to a
 // weight-1 process's one, in one claim; equal weights alternate.
 func TestServerWeightsInterleave(t *testing.T) {
-	d, babelfish := openMigrated(t)
-	skipForBabelfishGap(t, babelfish, g9)
+	d := openForTasks(t)
 	ctx := context.Background()
 	three := 3
-	if _, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "heavy", Tasks: tasksOf(6, 0, "sql"),
-		Settings: &dialect.ProcessSettings{Weight: &three}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "light", Tasks: tasksOf(6, 0, "sql")}); err != nil {
-		t.Fatal(err)
-	}
+	submit(t, d, dialect.SubmitParams{Process: "heavy", Tasks: tasksOf(6, 0, "sql"),
+		Settings: &dialect.ProcessSettings{Weight: &three}})
+	submit(t, d, dialect.SubmitParams{Process: "light", Tasks: tasksOf(6, 0, "sql")})
 	got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 8, Token: 1, Lease: time.Minute})
 	if err != nil || len(got) != 8 {
 		t.Fatalf("claim: %d, %v", len(got), err)

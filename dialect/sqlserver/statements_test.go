@@ -146,17 +146,33 @@ func lexTSQL(s string) ([]part, error) {
 // by a pair of quotes (so keywords inside messages do not count).
 func codeOnly(t *testing.T, name, s string) string {
 	t.Helper()
+	return withoutComments(t, name, s, blankLiteral)
+}
+
+// blankLiteral writes a string literal as an empty one.
+func blankLiteral(string) string { return "''" }
+
+// withoutComments lexes s and puts it back together (joinParts); name says
+// where s is from when it does not lex.
+func withoutComments(t *testing.T, name, s string, literal func(content string) string) string {
+	t.Helper()
 	parts, err := lexTSQL(s)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
+	return joinParts(parts, literal)
+}
+
+// joinParts puts lexed T-SQL back together with each comment a space (T-SQL
+// reads it as one) and each string literal written by literal.
+func joinParts(parts []part, literal func(content string) string) string {
 	var b strings.Builder
 	for _, p := range parts {
 		switch p.kind {
 		case partCode:
 			b.WriteString(p.text)
 		case partString:
-			b.WriteString("''")
+			b.WriteString(literal(p.text))
 		case partComment:
 			b.WriteByte(' ')
 		}
@@ -340,32 +356,26 @@ func procedures(t *testing.T, file, text string) []procedure {
 		t.Fatalf("%s: %v (a quote inside EXEC (N'...') must be doubled)", file, err)
 	}
 	var procs []procedure
-	var top strings.Builder
 	for i, p := range parts {
-		switch p.kind {
-		case partCode:
-			top.WriteString(p.text)
-		case partString:
-			top.WriteString("''")
-			if i > 0 && parts[i-1].kind == partCode && execOpenRe.MatchString(parts[i-1].text) {
-				if !leadingWord.MatchString(p.text) {
-					t.Errorf("%s: a dynamic batch must start with CREATE or ALTER: %.60q", file, p.text)
-				}
-				if !batchFirst.MatchString(p.text) {
-					// Dynamic DDL (an index on a column this batch added): not
-					// a procedure, and nothing that must start a batch.
-					continue
-				}
-				m := procNameRe.FindStringSubmatch(p.text)
-				name := "?"
-				if m != nil {
-					name = m[1]
-				}
-				procs = append(procs, procedure{file: file, name: name, body: p.text})
-			}
+		if p.kind != partString || i == 0 || parts[i-1].kind != partCode || !execOpenRe.MatchString(parts[i-1].text) {
+			continue
 		}
+		if !leadingWord.MatchString(p.text) {
+			t.Errorf("%s: a dynamic batch must start with CREATE or ALTER: %.60q", file, p.text)
+		}
+		if !batchFirst.MatchString(p.text) {
+			// Dynamic DDL (an index on a column this batch added): not a
+			// procedure, and nothing that must start a batch.
+			continue
+		}
+		m := procNameRe.FindStringSubmatch(p.text)
+		name := "?"
+		if m != nil {
+			name = m[1]
+		}
+		procs = append(procs, procedure{file: file, name: name, body: p.text})
 	}
-	code := top.String()
+	code := joinParts(parts, blankLiteral)
 	if goLineRe.MatchString(code) {
 		t.Errorf("%s: has a GO line; golang-migrate sends the file as one batch and SQL Server does not know GO", file)
 	}
@@ -505,7 +515,28 @@ func TestProceduresReadWithLocks(t *testing.T) {
 var (
 	helpers   = map[string]bool{"nvarchar": true, "bigint": true, "integer": true, "bit": true, "datetime2": true}
 	execFuncs = map[string]bool{"ExecContext": true, "QueryContext": true, "QueryRowContext": true}
+	// senders are the package's own helpers (rows.go) that send their query as
+	// d.db.QueryContext(ctx, query, args...) does: the index of the query among
+	// a call's arguments, and where the query's arguments start. Their bodies
+	// may only pass that query and those arguments on, unchanged.
+	senders = map[string]struct{ query, args int }{
+		"queryAll":   {3, 5}, // queryAll(ctx, d, mode, query, scan, args...)
+		"exec":       {2, 3}, // d.exec(ctx, mode, query, args...)
+		"queryCount": {2, 3}, // d.queryCount(ctx, mode, query, args...)
+	}
 )
+
+// paramNames lists a function's parameter names in order (the receiver left
+// out), so that a call's argument i is parameter i.
+func paramNames(fd *ast.FuncDecl) []string {
+	var out []string
+	for _, field := range fd.Type.Params.List {
+		for _, n := range field.Names {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
 
 func parsePackage(t *testing.T) (*token.FileSet, []*ast.File) {
 	t.Helper()
@@ -528,6 +559,15 @@ func parsePackage(t *testing.T) (*token.FileSet, []*ast.File) {
 	return fset, files
 }
 
+// decls lists the top-level declarations of files.
+func decls(files []*ast.File) []ast.Decl {
+	var out []ast.Decl
+	for _, f := range files {
+		out = append(out, f.Decls...)
+	}
+	return out
+}
+
 // TestGoSendsOnlyRegisteredConstants: every database call passes a registered
 // constant as its SQL and typed helpers as its arguments, naming exactly the
 // statement's parameters; no SQL is built with +, fmt.Sprint* or strings.Join.
@@ -535,25 +575,23 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 	fset, files := parsePackage(t)
 
 	consts := map[string]*ast.BasicLit{}
-	for _, f := range files {
-		for _, decl := range f.Decls {
-			gd, ok := decl.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
-			}
-			for _, spec := range gd.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, name := range vs.Names {
-					if !strings.HasSuffix(name.Name, "SQL") {
-						continue
-					}
-					lit, ok := vs.Values[i].(*ast.BasicLit)
-					if !ok || lit.Kind != token.STRING {
-						t.Errorf("%s: const %s must be a single string literal, not an expression", fset.Position(name.Pos()), name.Name)
-						continue
-					}
-					consts[name.Name] = lit
+	for _, decl := range decls(files) {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasSuffix(name.Name, "SQL") {
+					continue
 				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					t.Errorf("%s: const %s must be a single string literal, not an expression", fset.Position(name.Pos()), name.Name)
+					continue
+				}
+				consts[name.Name] = lit
 			}
 		}
 	}
@@ -572,6 +610,22 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 	}
 
 	called := map[string]bool{}
+	// forwards reports a call, inside the body of sender fd, that passes on
+	// exactly fd's own query parameter and its variadic arguments (args...):
+	// what it sends is checked where fd is called.
+	forwards := func(fd *ast.FuncDecl, call *ast.CallExpr, queryAt, argsAt int) bool {
+		s, ok := senders[fd.Name.Name]
+		if !ok {
+			return false
+		}
+		params := paramNames(fd)
+		if s.query >= len(params) || s.args != len(params)-1 || len(call.Args) != argsAt+1 || !call.Ellipsis.IsValid() {
+			return false
+		}
+		q, ok := call.Args[queryAt].(*ast.Ident)
+		a, ok2 := call.Args[argsAt].(*ast.Ident)
+		return ok && ok2 && q.Name == params[s.query] && a.Name == params[s.args]
+	}
 	// checkSent checks one query a call sends: a registered *SQL constant
 	// (possibly rendered by d.calls.SQL), given exactly its parameters, each
 	// built by a typed helper with a literal name.
@@ -615,8 +669,9 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 			t.Errorf("%s: %s passes %v, the statement uses %v", pos, id.Name, passed, want)
 		}
 	}
-	for _, f := range files {
-		ast.Inspect(f, func(n ast.Node) bool {
+	for _, decl := range decls(files) {
+		inFunc, _ := decl.(*ast.FuncDecl) // nil outside a function
+		ast.Inspect(decl, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.BinaryExpr:
 				if n.Op == token.ADD {
@@ -627,22 +682,31 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 					}
 				}
 			case *ast.CallExpr:
-				// queryAll(ctx, d, mode, query, scan, args...) sends its query as
-				// d.db.QueryContext(ctx, query, args...) does, and
+				// The senders (queryAll(ctx, d, mode, query, scan, args...),
+				// d.exec and d.queryCount(ctx, mode, query, args...)) and
+				// dialect.QueryAll(ctx, db, mapErr, query, scan, args...) send
+				// their query as d.db.QueryContext(ctx, query, args...) does, and
 				// dialect.CollectProcessStatus(ctx, db, f, q1, q2, q3, mapErr,
 				// args...) sends each of its three queries with the same args.
 				name, queryAts, argsAt := "", []int{1}, 2
-				if fn, ok := n.Fun.(*ast.Ident); ok && fn.Name == "queryAll" {
-					name, queryAts, argsAt = fn.Name, []int{3}, 5
+				if fn, ok := n.Fun.(*ast.Ident); ok {
+					if s, ok := senders[fn.Name]; ok {
+						name, queryAts, argsAt = fn.Name, []int{s.query}, s.args
+					}
 				} else if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
 					pkg, _ := sel.X.(*ast.Ident)
 					if pkg != nil && ((pkg.Name == "fmt" && strings.HasPrefix(sel.Sel.Name, "Sprint")) ||
 						(pkg.Name == "strings" && (sel.Sel.Name == "Join" || sel.Sel.Name == "Builder"))) {
 						t.Errorf("%s: %s.%s in the dialect; SQL is never built at run time (errors use fmt.Errorf)", fset.Position(n.Pos()), pkg.Name, sel.Sel.Name)
 					}
+					s, isSender := senders[sel.Sel.Name]
 					switch {
 					case pkg != nil && pkg.Name == "dialect" && sel.Sel.Name == "CollectProcessStatus":
 						name, queryAts, argsAt = sel.Sel.Name, []int{3, 4, 5}, 7
+					case pkg != nil && pkg.Name == "dialect" && sel.Sel.Name == "QueryAll":
+						name, queryAts, argsAt = sel.Sel.Name, []int{3}, 5
+					case isSender:
+						name, queryAts, argsAt = sel.Sel.Name, []int{s.query}, s.args
 					case execFuncs[sel.Sel.Name]:
 						name = sel.Sel.Name
 					}
@@ -653,6 +717,9 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 				pos := fset.Position(n.Pos())
 				if len(n.Args) < argsAt {
 					t.Errorf("%s: %s without a query", pos, name)
+					return true
+				}
+				if len(queryAts) == 1 && inFunc != nil && forwards(inFunc, n, queryAts[0], argsAt) {
 					return true
 				}
 				for _, at := range queryAts {

@@ -46,19 +46,16 @@ func (d *SQLServer) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) er
 			return fmt.Errorf("register worker: %w", err)
 		}
 	}
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		_, err := d.db.ExecContext(ctx, workerRegisterSQL,
-			nvarchar("pId", w.ID),
-			nvarchar("pHostname", w.Hostname),
-			integer("pPid", clampInt32(int64(w.PID))),
-			integer("pConcurrency", clampInt32(int64(w.Concurrency))),
-			nvarchar("pVersion", w.Version),
-			nvarchar("pKinds", kindsParam(w.Kinds)),
-			integer("pRoutines", int32(d.calls.Routines().Version)))
-		return err
-	})
+	err := d.exec(ctx, retryAll, workerRegisterSQL,
+		nvarchar("pId", w.ID),
+		nvarchar("pHostname", w.Hostname),
+		integer("pPid", clampInt32(int64(w.PID))),
+		integer("pConcurrency", clampInt32(int64(w.Concurrency))),
+		nvarchar("pVersion", w.Version),
+		nvarchar("pKinds", kindsParam(w.Kinds)),
+		integer("pRoutines", int32(d.calls.Routines().Version)))
 	if err != nil {
-		return fmt.Errorf("register worker: %w", mapErr(err))
+		return fmt.Errorf("register worker: %w", err)
 	}
 	return nil
 }
@@ -74,12 +71,8 @@ func (d *SQLServer) WorkerHeartbeat(ctx context.Context, id string) error {
 	if err := checkLen("worker id", id, maxName); err != nil {
 		return fmt.Errorf("worker heartbeat: %w", err)
 	}
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		_, err := d.db.ExecContext(ctx, workerHeartbeatSQL, nvarchar("pId", id))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("worker heartbeat: %w", mapErr(err))
+	if err := d.exec(ctx, retryAll, workerHeartbeatSQL, nvarchar("pId", id)); err != nil {
+		return fmt.Errorf("worker heartbeat: %w", err)
 	}
 	return nil
 }
@@ -95,12 +88,8 @@ func (d *SQLServer) WorkerStop(ctx context.Context, id string) error {
 	if err := checkLen("worker id", id, maxName); err != nil {
 		return fmt.Errorf("stop worker: %w", err)
 	}
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		_, err := d.db.ExecContext(ctx, workerStopSQL, nvarchar("pId", id))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("stop worker: %w", mapErr(err))
+	if err := d.exec(ctx, retryAll, workerStopSQL, nvarchar("pId", id)); err != nil {
+		return fmt.Errorf("stop worker: %w", err)
 	}
 	return nil
 }
