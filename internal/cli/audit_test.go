@@ -18,11 +18,7 @@ func TestOperatorActionsAudited(t *testing.T) {
 	qcDatabases(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
 		who := operatorName()
-		d, err := dialect.Open(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := qcDialect(t, dsn)
 		logs := func(process string, o dialect.Outcome) []dialect.LogEntry {
 			t.Helper()
 			entries, err := d.LogList(ctx, dialect.LogFilter{Process: process, Outcome: o})

@@ -188,17 +188,37 @@ func requireSubcommands(root *cobra.Command) {
 	}
 }
 
-// withOperator opens the queue at *dsn for one command and runs fn with its
-// Operator; the connection closes when fn returns.
-func withOperator(dsn *string, fn func(cmd *cobra.Command, args []string, op dialect.Operator) error) func(*cobra.Command, []string) error {
+// withClient opens the queue at *dsn for one command (refusing a schema this
+// binary does not know) and runs fn with its client; the connection closes when
+// fn returns. A command whose input can be wrong checks it in PreRunE, so that
+// a usage error comes before any connection.
+func withClient(dsn *string, fn func(cmd *cobra.Command, args []string, c *queue.Client) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		c, op, err := openOperator(cmd.Context(), *dsn)
+		c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		return fn(cmd, args, op)
+		return fn(cmd, args, c)
 	}
+}
+
+// jsonFlag adds --json, "print JSON", to a command that prints a table or a
+// message otherwise.
+func jsonFlag(cmd *cobra.Command, asJSON *bool) {
+	cmd.Flags().BoolVar(asJSON, "json", false, "print JSON")
+}
+
+// withOperator opens the queue at *dsn for one command and runs fn with its
+// Operator; the connection closes when fn returns.
+func withOperator(dsn *string, fn func(cmd *cobra.Command, args []string, op dialect.Operator) error) func(*cobra.Command, []string) error {
+	return withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
+		op, err := dialect.AsOperator(c.Dialect())
+		if err != nil {
+			return err
+		}
+		return fn(cmd, args, op)
+	})
 }
 
 // withDialect opens the database at *dsn for one command and runs fn with its

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/stageq/stageq/dialect"
@@ -24,6 +23,7 @@ func NewEnqueueCommand() *cobra.Command {
 		order, maxAttempts, priority    int
 		delay                           time.Duration
 		atomic, asJSON                  bool
+		plan                            stages.Plan // what the flags and arguments describe
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue [flags] (BODY | - | --file PLAN)",
@@ -36,8 +36,7 @@ transaction. Prints what it created; --json for scripts.`,
   echo 'SELECT 1' | enqueue --order 100 -
   enqueue --file examples/seed001.yaml`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var plan stages.Plan
+		PreRunE: func(cmd *cobra.Command, args []string) error { // the plan, before any connection
 			switch {
 			case file != "" && len(args) > 0:
 				return usageErrorf("give either a body or --file, not both")
@@ -58,28 +57,23 @@ transaction. Prints what it created; --json for scripts.`,
 				}
 				t := stages.Task{Kind: kind, Body: body, MaxAttempts: maxAttempts, Priority: priority,
 					Atomic: &atomic, Delay: stages.Duration(delay), Limit: limit}
-				if cmd.Flags().Changed("max-attempts") && maxAttempts < 1 {
-					return usageErrorf("--max-attempts must be >= 1, got %d", maxAttempts)
+				if err := checkMaxAttempts(cmd, maxAttempts); err != nil {
+					return err
 				}
-				if runAt != "" {
-					at, err := time.Parse(time.RFC3339, runAt)
-					if err != nil {
-						return usageErrorf("--run-at %q: use RFC 3339, like 2026-01-02T15:04:05Z", runAt)
-					}
-					t.RunAt = at
+				var err error
+				if t.RunAt, err = timeFlag("run-at", runAt); err != nil {
+					return err
 				}
-				plan = stages.Plan{Process: process, Stages: []stages.Stage{{Order: &order, Tasks: []stages.Task{t}}}}
+				plan = singleTaskPlan(process, order, t)
 			default:
 				return usageErrorf("nothing to enqueue: give a body, '-' for stdin, or --file PLAN")
 			}
 			if err := plan.Validate(); err != nil {
 				return UsageError{err}
 			}
-			c, err := openClient(cmd.Context(), dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withClient(&dsn, func(cmd *cobra.Command, _ []string, c *queue.Client) error {
 			res, err := c.Submit(cmd.Context(), plan)
 			if err != nil {
 				return err
@@ -95,7 +89,7 @@ transaction. Prints what it created; --json for scripts.`,
 				return err
 			}
 			return follow(cmd.Context(), op, res.Process, cmd.OutOrStdout(), 500*time.Millisecond, asJSON)
-		},
+		}),
 	}
 	dsnFlag(cmd, &dsn)
 	f := cmd.Flags()
@@ -169,4 +163,31 @@ func planFromFile(cmd *cobra.Command, file, process string, taskFlags ...string)
 		p.Process = process
 	}
 	return p, nil
+}
+
+// singleTaskPlan is the plan of the one task a command line describes: a
+// process (empty: the default one) with the task at stage order.
+func singleTaskPlan(process string, order int, t stages.Task) stages.Plan {
+	return stages.Plan{Process: process, Stages: []stages.Stage{{Order: &order, Tasks: []stages.Task{t}}}}
+}
+
+// checkMaxAttempts refuses --max-attempts 0, which the plan would otherwise
+// take for "not set" and replace with the default without a word.
+func checkMaxAttempts(cmd *cobra.Command, n int) error {
+	if cmd.Flags().Changed("max-attempts") && n < 1 {
+		return usageErrorf("--max-attempts must be >= 1, got %d", n)
+	}
+	return nil
+}
+
+// timeFlag parses the RFC 3339 time of flag --name; empty is the zero time.
+func timeFlag(name, value string) (time.Time, error) {
+	if value == "" {
+		return time.Time{}, nil
+	}
+	at, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		return time.Time{}, usageErrorf("--%s %q: use RFC 3339, like 2026-01-02T15:04:05Z", name, value)
+	}
+	return at, nil
 }

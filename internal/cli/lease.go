@@ -6,11 +6,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/lease"
+	"github.com/stageq/stageq/queue"
 )
 
 // ExitLeaseHeld is `queuectl lease acquire`'s exit code when another holder has
@@ -89,9 +89,8 @@ The same holder acquiring again while its lease is live gets the same token.`,
 			return nil
 		}),
 	}
-	extend.Flags().Int64Var(&token, "token", 0, "the fencing token acquire printed")
+	tokenFlag(extend, &token)
 	extend.Flags().DurationVar(&extendTTL, "ttl", 30*time.Second, "new lifetime from now")
-	_ = extend.MarkFlagRequired("token")
 
 	var relToken int64
 	release := &cobra.Command{
@@ -106,8 +105,7 @@ The same holder acquiring again while its lease is live gets the same token.`,
 			return nil
 		}),
 	}
-	release.Flags().Int64Var(&relToken, "token", 0, "the fencing token acquire printed")
-	_ = release.MarkFlagRequired("token")
+	tokenFlag(release, &relToken)
 
 	var all, listJSON bool
 	list := &cobra.Command{
@@ -134,7 +132,7 @@ The same holder acquiring again while its lease is live gets the same token.`,
 		}),
 	}
 	list.Flags().BoolVar(&all, "all", false, "include released and expired leases")
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	jsonFlag(list, &listJSON)
 
 	cmd.AddCommand(acquire, extend, release, list)
 	return cmd
@@ -144,14 +142,16 @@ The same holder acquiring again while its lease is live gets the same token.`,
 // this binary does not know (like every other command), and runs fn with its
 // dialect.
 func withLeaseDialect(dsn *string, fn func(cmd *cobra.Command, args []string, d dialect.Dialect) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-		if err != nil {
-			return err
-		}
-		defer c.Close()
+	return withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
 		return fn(cmd, args, c.Dialect())
-	}
+	})
+}
+
+// tokenFlag adds the required --token of extend and release: the lease's
+// fencing token, which proves the caller still holds it.
+func tokenFlag(cmd *cobra.Command, token *int64) {
+	cmd.Flags().Int64Var(token, "token", 0, "the fencing token acquire printed")
+	_ = cmd.MarkFlagRequired("token")
 }
 
 // leaseErr turns invalid names and ttls into usage errors (exit code 2).

@@ -24,32 +24,31 @@ finish and starts no new ones above it. 0 stops a named or kind limit's tasks.`,
 	}
 	var asJSON bool
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+	var n int // set's MAX
 	set := &cobra.Command{
 		Use:   "set KEY MAX",
 		Short: "Create or change a limit",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := strconv.Atoi(args[1])
-			if err != nil {
+		PreRunE: func(_ *cobra.Command, args []string) error { // bad input, before any connection
+			var err error
+			if n, err = strconv.Atoi(args[1]); err != nil {
 				return usageErrorf("limit %q: MAX %q must be a whole number >= 0", args[0], args[1])
 			}
 			if err := dialect.ValidateLimit(args[0], n); err != nil {
 				return UsageError{err}
 			}
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withOperator(dsn, func(cmd *cobra.Command, args []string, op dialect.Operator) error {
 			if err := op.LimitSet(cmd.Context(), args[0], n); err != nil {
 				return opError(err)
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), dialect.LimitInfo{Key: args[0], Max: n})
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "limit %q set to %d\n", args[0], n)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "limit %q set to %d\n", args[0], n)
 			return err
-		},
+		}),
 	}
 	// "limit set KEY -1" reaches the flag parser as a flag; say what is wrong.
 	set.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

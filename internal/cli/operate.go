@@ -34,6 +34,7 @@ func newTaskOpCommand(dsn *string, use, short, long string,
 	onTask func(op dialect.Operator, cmd *cobra.Command, id int64) (string, error),
 	onProcess func(op dialect.Operator, cmd *cobra.Command, name string) (string, error)) *cobra.Command {
 	var (
+		id      int64 // the TASK_ID argument; 0 with --process
 		process string
 		asJSON  bool
 	)
@@ -42,18 +43,17 @@ func newTaskOpCommand(dsn *string, use, short, long string,
 		Short: short,
 		Long:  long,
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := taskOrProcess(args, process)
-			if err != nil {
-				return err
-			}
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		PreRunE: func(_ *cobra.Command, args []string) error { // bad input, before any connection
+			var err error
+			id, err = taskOrProcess(args, process)
+			return err
+		},
+		RunE: withOperator(dsn, func(cmd *cobra.Command, _ []string, op dialect.Operator) error {
 			cmd.SetContext(dialect.WithActor(cmd.Context(), operatorName())) // who, in the Logs row
-			var msg string
+			var (
+				msg string
+				err error
+			)
 			if id != 0 {
 				msg, err = onTask(op, cmd, id)
 			} else {
@@ -67,10 +67,10 @@ func newTaskOpCommand(dsn *string, use, short, long string,
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return err
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&process, "process", "", "act on every matching task of this process")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 

@@ -41,11 +41,7 @@ func TestReadableOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		qcExpect(t, dsn, 0, "", "enqueue", "--file", planFile)
-		d, err := dialect.Open(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := qcDialect(t, dsn)
 		for done := 0; done < 205; {
 			got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w\n1", Max: 50, Token: 9, Lease: time.Minute})
 			if err != nil || len(got) == 0 {
@@ -99,19 +95,7 @@ func TestReadableOutput(t *testing.T) {
 		}
 
 		// --wait --json is NDJSON: one object per line, nothing else.
-		c, err := queue.Open(ctx, dsn, queue.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		wctx, cancel := context.WithCancel(ctx)
-		w, err := queue.NewWorker(c, queue.WorkerConfig{PollMax: 50 * time.Millisecond, NoScheduler: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { w.Run(wctx); close(done) }()
-		defer func() { cancel(); <-done }()
+		qcWorker(t, dsn, queue.WorkerConfig{PollMax: 50 * time.Millisecond, NoScheduler: true})
 		out = qcExpect(t, dsn, 0, "", "enqueue", "--process", "nd", "--wait", "--json", "SELECT 1")
 		sc := bufio.NewScanner(strings.NewReader(out))
 		n := 0

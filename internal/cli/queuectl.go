@@ -7,11 +7,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/migrations"
+	"github.com/stageq/stageq/queue"
 )
 
 // NewQueuectlCommand builds `queuectl`, the operator's command.
@@ -83,7 +83,7 @@ func newLogsCommand(dsn *string) *cobra.Command {
 		Use:   "logs",
 		Short: "Show the Logs trail: every attempt of every task, oldest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		PreRunE: func(*cobra.Command, []string) error { // the filter, before any connection
 			if since < 0 {
 				return usageErrorf("--since must not be negative")
 			}
@@ -94,11 +94,9 @@ func newLogsCommand(dsn *string) *cobra.Command {
 				return usageErrorf("--outcome %q: use one of %s", out, joinOutcomes(logOutcomes))
 			}
 			f.Outcome = dialect.Outcome(out)
-			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withClient(dsn, func(cmd *cobra.Command, _ []string, c *queue.Client) error {
 			entries, err := c.Logs(cmd.Context(), f)
 			if err != nil {
 				return err
@@ -110,7 +108,7 @@ func newLogsCommand(dsn *string) *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), entries)
 			}
 			return printLogs(cmd, entries)
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.Process, "process", "", "only this process")
@@ -119,7 +117,7 @@ func newLogsCommand(dsn *string) *cobra.Command {
 	fl.StringVar(&out, "outcome", "", "only this outcome: running, succeeded, failed, abandoned, released, or an operator's cancelled, discarded, retried")
 	fl.DurationVar(&since, "since", 0, "only attempts started within this long (e.g. 1h)")
 	fl.IntVar(&f.Limit, "limit", defaultLogRows, "at most this many rows (0: all)")
-	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 
@@ -135,12 +133,8 @@ func printLogs(cmd *cobra.Command, entries []dialect.LogEntry) error {
 		if e.EndedAt != nil {
 			ended = tableTime(*e.EndedAt)
 		}
-		schedule := e.Schedule
-		if schedule == "" {
-			schedule = "-"
-		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.TaskID, cell(e.Process, 40), e.Order,
-			cell(e.WorkerID, 60), e.Attempt, tableTime(e.StartedAt), ended, e.Outcome, cell(schedule, 40),
+			cell(e.WorkerID, 60), e.Attempt, tableTime(e.StartedAt), ended, e.Outcome, cell(dash(e.Schedule), 40),
 			cell(e.Body, 40), cell(e.Error, 60))
 	}
 	return tw.Flush()
@@ -155,15 +149,13 @@ func newTasksCommand(dsn *string) *cobra.Command {
 		Use:   "tasks",
 		Short: "List the tasks still in the queue (finished ones are in logs)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		PreRunE: func(*cobra.Command, []string) error { // the filter, before any connection
 			if f.State != "" && !slices.Contains(taskStates, f.State) {
 				return usageErrorf("--state %q: use one of %s", f.State, strings.Join(taskStates, ", "))
 			}
-			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withClient(dsn, func(cmd *cobra.Command, _ []string, c *queue.Client) error {
 			tasks, err := c.Dialect().TaskList(cmd.Context(), f)
 			if err != nil {
 				return err
@@ -172,13 +164,13 @@ func newTasksCommand(dsn *string) *cobra.Command {
 				return fmt.Sprintf("%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s", t.ID, cell(t.Process, 40), t.Order, t.State,
 					t.Attempt, t.MaxAttempts, tableTime(t.RunAt), cell(t.WorkerID, 60), cell(t.Body, 40), cell(t.LastError, 60))
 			})
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.Process, "process", "", "only this process")
 	fl.StringVar(&f.State, "state", "", "only this state: blocked, scheduled (PostgreSQL), available, running, failed")
 	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
-	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 

@@ -3,12 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +13,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" for the admin connection
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -28,28 +25,7 @@ func qcDatabases(t *testing.T, fn func(t *testing.T, dsn string)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		base := os.Getenv("STAGEQ_POSTGRES_DSN")
-		if base == "" {
-			base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-		}
-		admin, err := sql.Open("pgx", base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		name := fmt.Sprintf("stageq_cli_%d_%08x", os.Getpid(), rand.Uint32())
-		if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-			t.Fatalf("PostgreSQL needed at %s: %v", dialect.Redact(base), err)
-		}
-		t.Cleanup(func() {
-			if a, err := sql.Open("pgx", base); err == nil {
-				a.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-				a.Close()
-			}
-		})
-		u, _ := url.Parse(base)
-		u.Path = "/" + name
-		fn(t, qcMigrate(t, u.String()))
+		fn(t, qcMigrate(t, pgtest.NewDatabase(t, "stageq_cli")))
 	})
 }
 
@@ -61,6 +37,36 @@ func qcMigrate(t *testing.T, dsn string) string {
 	}
 	c.Close()
 	return dsn
+}
+
+// qcDialect opens the queue database at dsn directly, to set up what the
+// commands under test then see; it closes when the test ends.
+func qcDialect(t *testing.T, dsn string) dialect.Dialect {
+	t.Helper()
+	d, err := dialect.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// qcWorker runs a worker on the queue at dsn until the test ends.
+func qcWorker(t *testing.T, dsn string, cfg queue.WorkerConfig) {
+	t.Helper()
+	c, err := queue.Open(context.Background(), dsn, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	w, err := queue.NewWorker(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // qc runs queuectl (or enqueue) in-process and returns exit code and output.
@@ -105,11 +111,7 @@ func TestQueuectlCommands(t *testing.T) {
 		qcExpect(t, dsn, 0, "", "enqueue", "--process", "etl", "--order", "200", "SELECT 3")
 
 		// Lease one task so there is a running one, and fail another for good.
-		d, err := dialect.Open(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
+		d := qcDialect(t, dsn)
 		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w1", Max: 2, Token: 7, Lease: time.Minute})
 		if err != nil || len(got) != 2 {
 			t.Fatalf("claim: %v, %v", got, err)
@@ -206,21 +208,7 @@ func TestQueuectlCommands(t *testing.T) {
 // output is not a terminal; exit 0 on success and 5 when a task fails for good.
 func TestEnqueueWait(t *testing.T) {
 	qcDatabases(t, func(t *testing.T, dsn string) {
-		c, err := queue.Open(context.Background(), dsn, queue.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		wctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		w, err := queue.NewWorker(c, queue.WorkerConfig{PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { w.Run(wctx); close(done) }()
-		defer func() { cancel(); <-done }()
-
+		qcWorker(t, dsn, queue.WorkerConfig{PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond})
 		out := qcExpect(t, dsn, 0, "", "enqueue", "--process", "ok", "--wait", "SELECT 1")
 		if !strings.Contains(out, `process "ok" succeeded`) || !strings.Contains(out, "stage 0: 1/1 done") {
 			t.Fatalf("enqueue --wait: %s", out)

@@ -36,7 +36,7 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 			})
 		}),
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(list, &asJSON)
 	prune := &cobra.Command{
 		Use:   "prune-routines",
 		Short: "Drop the routine versions no live worker calls (the newest always stays)",

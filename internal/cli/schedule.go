@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
@@ -85,7 +84,7 @@ singleton) from a YAML or JSON file.`,
   queuectl schedule add report --cron '*/30 * * * * *' --missed once --order 100 'EXEC dbo.Report'
   queuectl schedule add --from schedules/nightly.yaml`,
 		Args: cobra.MaximumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		PreRunE: func(cmd *cobra.Command, args []string) error { // the schedule, before any connection
 			if from != "" {
 				if len(args) > 0 || cmd.Flags().NFlag() > 1+boolToInt(cmd.Flags().Changed("dsn")) {
 					return usageErrorf("--from reads the whole schedule from its file; give no other flags or arguments")
@@ -103,12 +102,9 @@ singleton) from a YAML or JSON file.`,
 				if cmd.Flags().Changed("every") && every <= 0 {
 					return usageErrorf("--every must be positive, got %s", every)
 				}
-				if start != "" {
-					at, err := time.Parse(time.RFC3339, start)
-					if err != nil {
-						return usageErrorf("--start %q: use RFC 3339, like 2026-01-02T15:04:05Z", start)
-					}
-					s.Start = at
+				var err error
+				if s.Start, err = timeFlag("start", start); err != nil {
+					return err
 				}
 				switch {
 				case file != "" && len(args) == 2:
@@ -120,20 +116,17 @@ singleton) from a YAML or JSON file.`,
 					}
 					s.Plan = p
 				case len(args) == 2:
-					if cmd.Flags().Changed("max-attempts") && maxAttempts < 1 {
-						return usageErrorf("--max-attempts must be >= 1, got %d", maxAttempts)
+					if err := checkMaxAttempts(cmd, maxAttempts); err != nil {
+						return err
 					}
-					t := stages.Task{Kind: kind, Body: args[1], MaxAttempts: maxAttempts}
-					s.Plan = stages.Plan{Process: process, Stages: []stages.Stage{{Order: &order, Tasks: []stages.Task{t}}}}
+					s.Plan = singleTaskPlan(process, order, stages.Task{Kind: kind, Body: args[1], MaxAttempts: maxAttempts})
 				default:
 					return usageErrorf("nothing to schedule: give a BODY or --file PLAN")
 				}
 			}
-			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withClient(dsn, func(cmd *cobra.Command, _ []string, c *queue.Client) error {
 			info, err := c.ScheduleAdd(cmd.Context(), s)
 			if err != nil {
 				return scheduleErr(err)
@@ -141,7 +134,7 @@ singleton) from a YAML or JSON file.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "schedule %s added (%s); next run %s\n", info.Name, when(info),
 				info.NextRun.UTC().Format(time.RFC3339Nano))
 			return nil
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "read the whole schedule from a YAML or JSON file")
@@ -213,12 +206,7 @@ func scheduleNameCommand(dsn *string, use, short string, run func(*cobra.Command
 		Use:   use + " NAME",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
 			if err := run(cmd, c, args[0]); err != nil {
 				return scheduleErr(err)
 			}
@@ -226,7 +214,7 @@ func scheduleNameCommand(dsn *string, use, short string, run func(*cobra.Command
 				fmt.Fprintf(cmd.OutOrStdout(), "schedule %s: %s done\n", args[0], use)
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -236,16 +224,11 @@ func newScheduleListCommand(dsn *string) *cobra.Command {
 		Use:   "list [NAME]",
 		Short: "List schedules with their next and last runs",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
 			name := ""
 			if len(args) == 1 {
 				name = args[0]
 			}
-			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			list, err := c.Schedules(cmd.Context(), name)
 			if err != nil {
 				return err
@@ -261,9 +244,9 @@ func newScheduleListCommand(dsn *string) *cobra.Command {
 				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%t\t%t", cell(s.Name, 40), cell(when(s), 40),
 					s.NextRun.Local().Format("2006-01-02 15:04:05.000"), last, dash(s.LastOutcome), s.Missed, s.Singleton, s.Paused)
 			})
-		},
+		}),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	return cmd
 }
 
@@ -276,12 +259,7 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 		Use:   "runs NAME",
 		Short: "Show a schedule's recent ticks: enqueued, caught up, missed or skipped, and by which worker",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := openClient(cmd.Context(), *dsn, false, zerolog.Nop())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
 			runs, err := c.ScheduleRuns(cmd.Context(), args[0], limit)
 			if err != nil {
 				return err
@@ -290,9 +268,9 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 				return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
 					r.Outcome, r.TaskCount, r.ProcessID, r.WorkerID, tableTime(r.FiredAt))
 			})
-		},
+		}),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many of the latest ticks (0: all kept)")
 	return cmd
 }

@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/queue"
 )
 
 // Exit codes of the operator commands, beyond ExitOK, ExitFailure and ExitUsage,
@@ -44,20 +42,6 @@ func opError(err error) error {
 	return err
 }
 
-// openOperator opens the queue database (checking its schema) and its Operator.
-func openOperator(ctx context.Context, dsn string) (*queue.Client, dialect.Operator, error) {
-	c, err := openClient(ctx, dsn, false, zerolog.Nop())
-	if err != nil {
-		return nil, nil, err
-	}
-	op, err := dialect.AsOperator(c.Dialect())
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	return c, op, nil
-}
-
 // statusReport is what `status --json` prints.
 type statusReport struct {
 	Processes []dialect.ProcessStatus `json:"processes"`
@@ -76,6 +60,7 @@ type workerReport struct {
 
 func newStatusCommand(dsn *string) *cobra.Command {
 	var (
+		name               string // the PROCESS argument, if any
 		all, asJSON, watch bool
 		interval, deadAt   time.Duration
 	)
@@ -94,8 +79,7 @@ the process does not exist.`,
   queuectl status nightly --json
   queuectl status nightly --watch`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name := ""
+		PreRunE: func(_ *cobra.Command, args []string) error { // bad input, before any connection
 			if len(args) == 1 {
 				name = args[0]
 			}
@@ -105,20 +89,18 @@ the process does not exist.`,
 			if interval <= 0 || deadAt <= 0 {
 				return usageErrorf("--interval and --dead-after must be positive")
 			}
-			c, op, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withOperator(dsn, func(cmd *cobra.Command, _ []string, op dialect.Operator) error {
 			if watch {
 				return follow(cmd.Context(), op, name, cmd.OutOrStdout(), interval, asJSON)
 			}
 			return printStatus(cmd.Context(), op, cmd.OutOrStdout(), dialect.ProcessFilter{Name: name, All: all}, deadAt, asJSON)
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.BoolVar(&all, "all", false, "include processes that succeeded")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	f.BoolVar(&watch, "watch", false, "follow PROCESS to its end with a live progress bar per stage")
 	f.DurationVar(&interval, "interval", 500*time.Millisecond, "how often --watch refreshes")
 	f.DurationVar(&deadAt, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is shown dead")

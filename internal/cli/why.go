@@ -9,12 +9,14 @@ import (
 
 	"github.com/stageq/stageq/dashboard"
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
 )
 
 // newWhyCommand builds `queuectl why TASK`: the dashboard's explanation of a
 // waiting task, from a shell.
 func newWhyCommand(dsn *string) *cobra.Command {
 	var (
+		id        int64
 		asJSON    bool
 		deadAfter time.Duration
 	)
@@ -28,19 +30,17 @@ no live worker. Exit code 3 when the task is no longer in the queue.`,
 		Example: `  queuectl why 42
   queuectl why 42 --json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
+		PreRunE: func(_ *cobra.Command, args []string) error { // bad input, before any connection
+			var err error
+			if id, err = strconv.ParseInt(args[0], 10, 64); err != nil || id <= 0 {
 				return usageErrorf("task id %q: must be a positive whole number", args[0])
 			}
 			if deadAfter <= 0 {
 				return usageErrorf("--dead-after must be positive")
 			}
-			c, _, err := openOperator(cmd.Context(), *dsn)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			return nil
+		},
+		RunE: withClient(dsn, func(cmd *cobra.Command, _ []string, c *queue.Client) error {
 			in, err := dialect.AsInspector(c.Dialect())
 			if err != nil {
 				return err
@@ -67,9 +67,9 @@ no live worker. Exit code 3 when the task is no longer in the queue.`,
 				}
 			}
 			return nil
-		},
+		}),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	jsonFlag(cmd, &asJSON)
 	cmd.Flags().DurationVar(&deadAfter, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is dead")
 	return cmd
 }
