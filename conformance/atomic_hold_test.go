@@ -21,24 +21,17 @@ func TestLongAtomicTaskStallsNoOne(t *testing.T) {
 		ctx := context.Background()
 		db.exec(t, "CREATE TABLE conf_hold (n INT NOT NULL)")
 		atomic := true
-		long, err := db.Client.Enqueue(ctx, "long", 1, stages.Task{
+		long := db.enqueue(t, "long", 1, stages.Task{
 			Body: "INSERT INTO conf_hold (n) VALUES (1); " + db.sleepSQL(3), Atomic: &atomic, MaxAttempts: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
 		// And one whose body fails after holding the lock as long: its effect
 		// is undone, and still nobody else's lease expires for it.
-		if _, err := db.Client.Enqueue(ctx, "longfail", 1, stages.Task{
+		db.enqueue(t, "longfail", 1, stages.Task{
 			Body:   "INSERT INTO conf_hold (n) VALUES (2); " + db.sleepSQL(2) + "; SELECT * FROM conf_no_such_table",
-			Atomic: &atomic, MaxAttempts: 1}); err != nil {
-			t.Fatal(err)
-		}
+			Atomic: &atomic, MaxAttempts: 1})
 		const n = 30
-		p := plan("short", "work", []int{1}, func(int, int) string { return "x" }, n)
+		p := plan("short", "work", []int{1}, sameBody("x"), n)
 		p.Defaults.MaxAttempts = 1
-		if _, err := db.Client.Submit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 		cfg := fastConfig()
 		cfg.Concurrency = 3
 		cfg.Lease = time.Second
@@ -86,7 +79,7 @@ func TestLongAtomicTaskStallsNoOne(t *testing.T) {
 		if got := db.count(t, "SELECT count(*) FROM conf_hold WHERE n = 2"); got != 0 {
 			t.Errorf("the failed atomic body's effect stayed (%d rows)", got)
 		}
-		if got := len(db.logs(t, dialect.LogFilter{TaskID: long.TaskIDs[0]})); got != 1 {
+		if got := len(db.logs(t, dialect.LogFilter{TaskID: long})); got != 1 {
 			t.Errorf("the atomic task ran %d times, want 1", got)
 		}
 	})

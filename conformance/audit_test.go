@@ -2,9 +2,6 @@ package conformance
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,12 +31,7 @@ func TestOperatorAudit(t *testing.T) {
 		}
 		enqueue := func(process string, order int, body string, maxAttempts int, delay time.Duration) {
 			t.Helper()
-			o := order
-			task := stages.Task{Body: body, MaxAttempts: maxAttempts, Delay: stages.Duration(delay)}
-			if _, err := db.Client.Submit(ctx, stages.Plan{Process: process,
-				Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{task}}}}); err != nil {
-				t.Fatalf("submit to %s: %v", process, err)
-			}
+			db.enqueue(t, process, order, stages.Task{Body: body, MaxAttempts: maxAttempts, Delay: stages.Duration(delay)})
 		}
 		state := func(process string) string {
 			t.Helper()
@@ -55,10 +47,7 @@ func TestOperatorAudit(t *testing.T) {
 		}
 		taskIDs := func(process string) []int64 {
 			t.Helper()
-			tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: process})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tasks := db.tasks(t, dialect.TaskFilter{Process: process})
 			var ids []int64
 			for _, tk := range tasks {
 				ids = append(ids, tk.ID)
@@ -205,16 +194,5 @@ func TestOperatorAudit(t *testing.T) {
 // environment cannot carry it).
 func runCLIAs(t *testing.T, actor, name string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, name), args...)
-	cmd.Env = append(os.Environ(), "STAGEQ_ACTOR="+actor)
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String(), errb.String()
-	}
-	if err != nil {
-		t.Fatalf("run %s: %v", name, err)
-	}
-	return 0, out.String(), errb.String()
+	return runCLIEnv(t, []string{"STAGEQ_ACTOR=" + actor}, name, "", args...)
 }

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,10 +130,7 @@ func TestSchemaVersionRefused(t *testing.T) {
 
 func assertEmpty(t *testing.T, db *testDB) {
 	t.Helper()
-	tasks, err := db.D.TaskList(context.Background(), dialect.TaskFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks := db.tasks(t, dialect.TaskFilter{})
 	if len(tasks) != 0 {
 		t.Errorf("bad input wrote %d tasks: %+v", len(tasks), tasks)
 	}

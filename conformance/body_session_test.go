@@ -26,11 +26,7 @@ func TestBodySessionFence(t *testing.T) {
 		}
 		db.skipOnBabelfish(t, "no claim or rescue there (harness_test.go)")
 		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "fence", 100, stages.Task{Body: "SELECT 1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.TaskIDs[0]
+		id := db.enqueue(t, "fence", 100, stages.Task{Body: "SELECT 1"})
 
 		// The first attempt starts its body: the session is named after it.
 		got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "late", Max: 1, Token: 11, Lease: 300 * time.Millisecond})
@@ -60,13 +56,7 @@ func TestBodySessionFence(t *testing.T) {
 
 		// The lease lapses and a rescue frees the task before the late worker
 		// gets to its next body: that body must not start.
-		waitFor(t, 10*time.Second, "the rescue to free the task", func() bool {
-			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
-			if err != nil {
-				t.Fatalf("rescue: %v", err)
-			}
-			return n == 1
-		})
+		db.waitRescue(t, "the rescue to free the task")
 		for _, atomic := range []bool{false, true} {
 			conn, _, err = bs.BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: id, Token: 11}, Body: "SELECT 1",
 				Atomic: atomic, LeaseHeld: func() bool { return false }})
@@ -138,13 +128,8 @@ func TestBodySessionFence(t *testing.T) {
 // session bears its name.
 func TestFailedAtomicBodyLeavesNoNamedSession(t *testing.T) {
 	db := newTestDB(t, newPostgresDB(t))
-	ctx := context.Background()
 	atomic := true
-	res, err := db.Client.Enqueue(ctx, "atomic-fail", 1, stages.Task{Body: "SELECT 1/0", Atomic: &atomic, MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res.TaskIDs[0]
+	id := db.enqueue(t, "atomic-fail", 1, stages.Task{Body: "SELECT 1/0", Atomic: &atomic, MaxAttempts: 1})
 	startWorkers(t, db, 1, fastConfig(), nil)
 	waitFor(t, 30*time.Second, "the atomic task to fail", func() bool {
 		return len(db.logs(t, dialect.LogFilter{Process: "atomic-fail", Outcome: dialect.OutcomeFailed})) == 1

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,9 +27,7 @@ func TestNoDoubleClaim(t *testing.T) {
 			s.Tasks = append(s.Tasks, stages.Task{Body: fmt.Sprintf("INSERT INTO conf_runs (n) VALUES (%d)", i)})
 		}
 		p.Stages = []stages.Stage{s}
-		if _, err := db.Client.Submit(context.Background(), p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 
 		// Leases long enough that a slow database (SQLite under -race) never
 		// lets one lapse: this test is about claims, not rescue.
@@ -86,29 +85,15 @@ func TestStageOrder(t *testing.T) {
 		ctx := context.Background()
 		orders := []int{100, 200, 300, 400}
 		for _, name := range []string{"alpha", "beta", "gamma"} {
-			p := plan(name, "work", orders, func(o, i int) string { return "150ms" }, 4)
-			if _, err := db.Client.Submit(ctx, p); err != nil {
-				t.Fatal(err)
-			}
+			db.submit(t, plan(name, "work", orders, sameBody("150ms"), 4))
 		}
 		// The default process keeps the seed's global barrier too.
 		for _, o := range []int{200, 100} {
-			if _, err := db.Client.Enqueue(ctx, "", o, stages.Task{Kind: "work", Body: "30ms"}); err != nil {
-				t.Fatal(err)
-			}
+			db.enqueue(t, "", o, stages.Task{Kind: "work", Body: "30ms"})
 		}
 		cfg := fastConfig()
 		cfg.Concurrency = 3
-		startWorkers(t, db, 4, cfg, func(w *queue.Worker) {
-			w.Handle("work", func(ctx context.Context, task *queue.Task) error {
-				d, err := time.ParseDuration(task.Body)
-				if err != nil {
-					return err
-				}
-				time.Sleep(d)
-				return nil
-			})
-		})
+		startWorkers(t, db, 4, cfg, func(w *queue.Worker) { w.Handle("work", waitBody) })
 		total := 3*len(orders)*4 + 2
 		waitFor(t, time.Minute, "all tasks to succeed", func() bool {
 			return len(db.logs(t, dialect.LogFilter{Outcome: dialect.OutcomeSucceeded})) == total
@@ -156,22 +141,11 @@ func TestStageOrder(t *testing.T) {
 // higher stage is waiting blocks that stage again until it finishes.
 func TestLowerOrderArrivesLater(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		if _, err := db.Client.Enqueue(ctx, "late", 300, stages.Task{Kind: "work", Body: "x"}); err != nil {
-			t.Fatal(err)
+		for _, o := range []int{300, 100} {
+			db.enqueue(t, "late", o, stages.Task{Kind: "work", Body: "x"})
 		}
-		if _, err := db.Client.Enqueue(ctx, "late", 100, stages.Task{Kind: "work", Body: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "late"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		states := map[int]string{}
-		for _, tk := range tasks {
-			states[tk.Order] = tk.State
-		}
-		if states[100] != dialect.StateAvailable || states[300] != dialect.StateBlocked {
+		states := stageStates(t, db, "late")
+		if !slices.Equal(states[100], []string{dialect.StateAvailable}) || !slices.Equal(states[300], []string{dialect.StateBlocked}) {
 			t.Fatalf("states by order = %v, want 100 available and 300 blocked", states)
 		}
 		var order []int
@@ -202,7 +176,7 @@ func TestAtomicSubmission(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		ctx := context.Background()
 		const perStage = 500
-		p := plan("big", "work", []int{100, 200, 300}, func(o, i int) string { return "x" }, perStage)
+		p := plan("big", "work", []int{100, 200, 300}, sameBody("x"), perStage)
 		total := 3 * perStage
 
 		var claimedEarly atomic.Int64
@@ -242,13 +216,7 @@ func TestAtomicSubmission(t *testing.T) {
 			}
 		}()
 		time.Sleep(50 * time.Millisecond)
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Client.SubmitTx(ctx, tx, p); err != nil {
-			t.Fatal(err)
-		}
+		tx := db.holdSubmission(t, p)
 		time.Sleep(200 * time.Millisecond) // a window in which half a plan would show
 		submitted.Store(true)
 		if err := tx.Commit(); err != nil {
@@ -286,11 +254,7 @@ func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
 		ctx := context.Background()
 		for i, outcome := range []dialect.Outcome{dialect.OutcomeFailed, dialect.OutcomeReleased, dialect.OutcomeAbandoned} {
 			process := fmt.Sprintf("handback-%d", i)
-			res, err := db.Client.Enqueue(ctx, process, 300, stages.Task{Kind: "work", Body: "x"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			high := res.TaskIDs[0]
+			high := db.enqueue(t, process, 300, stages.Task{Kind: "work", Body: "x"})
 			lease := time.Minute
 			if outcome == dialect.OutcomeAbandoned {
 				lease = 200 * time.Millisecond
@@ -299,15 +263,10 @@ func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
 			if err != nil || len(got) != 1 || got[0].ID != high {
 				t.Fatalf("claim = %+v, %v", got, err)
 			}
-			if _, err := db.Client.Enqueue(ctx, process, 100, stages.Task{Kind: "work", Body: "y"}); err != nil {
-				t.Fatal(err)
-			}
+			db.enqueue(t, process, 100, stages.Task{Kind: "work", Body: "y"})
 			switch outcome {
 			case dialect.OutcomeAbandoned:
-				waitFor(t, 10*time.Second, "the rescue", func() bool {
-					n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
-					return err == nil && n == 1
-				})
+				db.waitRescue(t, "the rescue")
 			default:
 				fp := dialect.FinishParams{TaskID: high, Token: int64(100 + i), Outcome: outcome, Error: "boom"}
 				if outcome == dialect.OutcomeFailed {
@@ -317,10 +276,7 @@ func TestHandedBackTaskWaitsForLowerOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: process})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tasks := db.tasks(t, dialect.TaskFilter{Process: process})
 			for _, tk := range tasks {
 				want := dialect.StateAvailable
 				if tk.Order == 300 {

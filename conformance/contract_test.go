@@ -31,6 +31,21 @@ func TestDialectContract(t *testing.T) {
 	}
 }
 
+// oneTask is the SubmitParams of one task (order 1, kind work, one attempt)
+// of process.
+func oneTask(process string) dialect.SubmitParams {
+	return dialect.SubmitParams{Process: process, Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1}}}
+}
+
+// submitOneTask submits oneTask(process) on the pool (Dialect.Submit),
+// failing the test on an error.
+func submitOneTask(t *testing.T, db *testDB, process string) {
+	t.Helper()
+	if _, err := db.D.Submit(context.Background(), nil, oneTask(process)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Submit runs in the caller's transaction, which decides; with none it
 // commits by itself.
 func contractSubmit(t *testing.T, db *testDB) {
@@ -39,7 +54,7 @@ func contractSubmit(t *testing.T, db *testDB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp := dialect.SubmitParams{Process: "c-submit", Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1}}}
+	sp := oneTask("c-submit")
 	res, err := db.D.Submit(ctx, tx, sp)
 	if err != nil || len(res.TaskIDs) != 1 {
 		t.Fatalf("Submit in a transaction: %+v, %v", res, err)
@@ -64,17 +79,11 @@ func contractSubmit(t *testing.T, db *testDB) {
 func contractTaskFinish(t *testing.T, db *testDB) {
 	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
 	ctx := context.Background()
-	if _, err := db.D.Submit(ctx, nil, dialect.SubmitParams{Process: "c-finish",
-		Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+	submitOneTask(t, db, "c-finish")
 	got := claimAll(t, db, 5, 1)
 	task := got[0]
 	state := func() string {
-		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "c-finish"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tasks := db.tasks(t, dialect.TaskFilter{Process: "c-finish"})
 		if len(tasks) == 0 {
 			return "gone"
 		}
@@ -119,10 +128,7 @@ func contractTaskFinish(t *testing.T, db *testDB) {
 func contractTaskExtendLeases(t *testing.T, db *testDB) {
 	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
 	ctx := context.Background()
-	if _, err := db.D.Submit(ctx, nil, dialect.SubmitParams{Process: "c-extend",
-		Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+	submitOneTask(t, db, "c-extend")
 	got := claimAll(t, db, 9, 1)
 	held, err := db.D.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "w", Lease: time.Minute, Tasks: []dialect.TaskLease{
 		{ID: got[0].ID, Token: got[0].Token}, {ID: got[0].ID, Token: got[0].Token + 1}}})
@@ -143,10 +149,7 @@ func contractProcessConfigure(t *testing.T, db *testDB) {
 	if err := op.ProcessConfigure(ctx, nil, "c-nobody", dialect.ProcessSettings{Weight: &two}); !errors.Is(err, dialect.ErrNotFound) {
 		t.Fatalf("configure an unknown process: %v; want ErrNotFound", err)
 	}
-	if _, err := db.D.Submit(ctx, nil, dialect.SubmitParams{Process: "c-conf",
-		Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+	submitOneTask(t, db, "c-conf")
 	if err := op.ProcessConfigure(ctx, nil, "c-conf", dialect.ProcessSettings{Weight: &zero}); !errors.Is(err, dialect.ErrInvalid) {
 		t.Fatalf("configure weight 0: %v; want ErrInvalid", err)
 	}
@@ -181,10 +184,7 @@ func contractProcessConfigure(t *testing.T, db *testDB) {
 func contractProcessRetry(t *testing.T, db *testDB) {
 	ctx := context.Background()
 	op := limOperator(t, db)
-	if _, err := db.D.Submit(ctx, nil, dialect.SubmitParams{Process: "c-retry",
-		Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+	submitOneTask(t, db, "c-retry")
 	if _, err := op.ProcessRetry(ctx, "c-retry"); !errors.Is(err, dialect.ErrWrongState) {
 		t.Fatalf("retry with nothing failed: %v; want ErrWrongState", err)
 	}

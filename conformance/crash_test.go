@@ -16,12 +16,7 @@ import (
 // abandoned attempt beside the successful one.
 func TestCrashRescue(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "crash", 100, stages.Task{Body: db.sleepSQL(1.5)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.TaskIDs[0]
+		id := db.enqueue(t, "crash", 100, stages.Task{Body: db.sleepSQL(1.5)})
 		victim := spawnWorker(t, db, "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "50ms")
 		waitFor(t, 20*time.Second, "the victim to start the task", func() bool {
 			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeRunning})) == 1
@@ -30,9 +25,7 @@ func TestCrashRescue(t *testing.T) {
 		killedAt := time.Now()
 
 		startWorkers(t, db, 1, fastConfig(), nil)
-		waitFor(t, 30*time.Second, "the task to succeed after rescue", func() bool {
-			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
-		})
+		db.waitSucceeded(t, 30*time.Second, "the task to succeed after rescue", id)
 		entries := db.logs(t, dialect.LogFilter{TaskID: id})
 		if len(entries) != 2 {
 			t.Fatalf("task %d has %d log rows, want 2 (abandoned, succeeded): %+v", id, len(entries), entries)
@@ -60,11 +53,7 @@ func TestCrashRescue(t *testing.T) {
 func TestFenceRejectsZombie(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "zombie", 1, stages.Task{Kind: "work", Body: "x"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.TaskIDs[0]
+		id := db.enqueue(t, "zombie", 1, stages.Task{Kind: "work", Body: "x"})
 		zombie, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "zombie", Max: 1, Token: 111, Lease: 300 * time.Millisecond})
 		if err != nil || len(zombie) != 1 || zombie[0].ID != id {
 			t.Fatalf("zombie claim = %+v, %v", zombie, err)
@@ -72,10 +61,7 @@ func TestFenceRejectsZombie(t *testing.T) {
 		if again, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "other", Max: 1, Token: 222, Lease: time.Minute}); err != nil || len(again) != 0 {
 			t.Fatalf("a held task was claimed again: %+v, %v", again, err)
 		}
-		waitFor(t, 10*time.Second, "the zombie's lease to be rescued", func() bool {
-			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
-			return err == nil && n == 1
-		})
+		db.waitRescue(t, "the zombie's lease to be rescued")
 		heir, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "heir", Max: 1, Token: 333, Lease: time.Minute})
 		if err != nil || len(heir) != 1 || heir[0].Attempt != 2 {
 			t.Fatalf("heir claim = %+v, %v", heir, err)
@@ -104,15 +90,10 @@ func TestFenceRejectsZombie(t *testing.T) {
 // its effect happens exactly once even when the worker dies mid-run.
 func TestAtomicSQLTask(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
 		db.exec(t, "CREATE TABLE conf_effects (n INT NOT NULL)")
 		body := "INSERT INTO conf_effects (n) VALUES (1); " + db.sleepSQL(1.5)
 		atomic := true
-		res, err := db.Client.Enqueue(ctx, "atomic", 1, stages.Task{Body: body, Atomic: &atomic})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.TaskIDs[0]
+		id := db.enqueue(t, "atomic", 1, stages.Task{Body: body, Atomic: &atomic})
 		victim := spawnWorker(t, db, "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "50ms")
 		waitFor(t, 20*time.Second, "the victim to start the task", func() bool {
 			return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
@@ -121,9 +102,7 @@ func TestAtomicSQLTask(t *testing.T) {
 		victim.kill()
 
 		startWorkers(t, db, 1, fastConfig(), nil)
-		waitFor(t, 30*time.Second, "the task to succeed after rescue", func() bool {
-			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
-		})
+		db.waitSucceeded(t, 30*time.Second, "the task to succeed after rescue", id)
 		if n := db.count(t, "SELECT count(*) FROM conf_effects"); n != 1 {
 			t.Errorf("the atomic body's effect happened %d times, want exactly 1", n)
 		}
@@ -139,16 +118,13 @@ func TestAtomicPoisonTask(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		ctx := context.Background()
 		atomic := true
-		res, err := db.Client.Enqueue(ctx, "poison", 1, stages.Task{Body: "SELECT * FROM no_such_table", Atomic: &atomic, MaxAttempts: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := db.enqueue(t, "poison", 1, stages.Task{Body: "SELECT * FROM no_such_table", Atomic: &atomic, MaxAttempts: 2})
 		startWorkers(t, db, 1, fastConfig(), nil)
 		waitFor(t, 30*time.Second, "the task to fail for good", func() bool {
 			tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "poison", State: dialect.StateFailed})
 			return err == nil && len(tasks) == 1
 		})
-		entries := db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})
+		entries := db.logs(t, dialect.LogFilter{TaskID: id})
 		if len(entries) != 2 || countOutcome(entries, dialect.OutcomeFailed) != 2 {
 			t.Fatalf("logs = %+v, want two failed attempts", entries)
 		}
@@ -163,12 +139,7 @@ func TestAtomicPoisonTask(t *testing.T) {
 // worker takes the task at once (no lease to wait for).
 func TestSIGTERMReleases(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "term", 1, stages.Task{Body: db.endlessSQL(), MaxAttempts: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.TaskIDs[0]
+		id := db.enqueue(t, "term", 1, stages.Task{Body: db.endlessSQL(), MaxAttempts: 1})
 		w := spawnWorker(t, db, "--lease", "60s", "--shutdown-grace", "300ms", "--poll-max", "50ms")
 		waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
 			return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
@@ -188,10 +159,7 @@ func TestSIGTERMReleases(t *testing.T) {
 		if len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
 			t.Fatalf("logs = %+v, want one released attempt", entries)
 		}
-		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "term"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tasks := db.tasks(t, dialect.TaskFilter{Process: "term"})
 		if len(tasks) != 1 || tasks[0].State != dialect.StateAvailable || tasks[0].Attempt != 0 {
 			t.Fatalf("task after release = %+v, want available with its attempt given back", tasks)
 		}

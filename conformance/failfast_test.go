@@ -16,9 +16,7 @@ import (
 // run it on beside the holder the database may hand it to next.
 func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.Dialect == "sqlserver" {
-			t.Skip("the blocking transaction below is written for PostgreSQL and SQLite")
-		}
+		db.skipDialect(t, "sqlserver", "the blocking transaction below is written for PostgreSQL and SQLite")
 		ctx := context.Background()
 		started := make(chan struct{}, 1)
 		type result struct {
@@ -42,12 +40,7 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 				return ctx.Err()
 			})
 		})
-		o := 1
-		res, err := db.Client.Submit(ctx, stages.Plan{Process: "ff", Stages: []stages.Stage{{Order: &o,
-			Tasks: []stages.Task{{Kind: "hold", Body: "x", MaxAttempts: 5}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := db.enqueue(t, "ff", 1, stages.Task{Kind: "hold", Body: "x", MaxAttempts: 5})
 		<-started
 		// Block the heartbeat: SQLite's write lock, or the worker rows on
 		// PostgreSQL (the heartbeat updates its own).
@@ -65,7 +58,7 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 		r := <-done
 		// The lease as the database has it, read before the lock goes: the last
 		// extension that landed, even one sent just before the lock was taken.
-		expires := leaseExpiry(t, db, res.TaskIDs[0])
+		expires := leaseExpiry(t, db, id)
 		tx.Rollback()
 		if !r.ok {
 			t.Fatalf("the task ran to its end (%s) though its lease expired at %s", r.cancelledAt.Format(time.StampMilli), expires.Format(time.StampMilli))

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -29,13 +28,11 @@ func fairStarts(t *testing.T, db *testDB) []dialect.LogEntry {
 // fairSubmit submits n sleeping tasks of one stage to a process with settings.
 func fairSubmit(t *testing.T, db *testDB, process string, n int, secs float64, set func(*stages.Plan)) {
 	t.Helper()
-	p := plan(process, "", []int{100}, func(int, int) string { return db.sleepSQL(secs) }, n)
+	p := plan(process, "", []int{100}, sameBody(db.sleepSQL(secs)), n)
 	if set != nil {
 		set(&p)
 	}
-	if _, err := db.Client.Submit(context.Background(), p); err != nil {
-		t.Fatalf("submit %s: %v", process, err)
-	}
+	db.submit(t, p)
 }
 
 // fairCheckShares checks that at every point of the start sequence, while every

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -26,13 +25,10 @@ import (
 func TestKilledWorkersChargeNothing(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		db.skipOnBabelfish(t, "no claim or rescue there (harness_test.go)")
-		ctx := context.Background()
 		const n, wantKills = 48, 4
-		p := plan("killed", "", []int{1, 2}, func(int, int) string { return db.sleepSQL(0.5) }, n/2)
+		p := plan("killed", "", []int{1, 2}, sameBody(db.sleepSQL(0.5)), n/2)
 		p.Defaults.MaxAttempts = 1
-		if _, err := db.Client.Submit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 		spawned := 0
 		spawn := func() (*workerProcess, string) {
 			spawned++
@@ -102,25 +98,16 @@ func TestTerminatedConnectionsChargeNothing(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, newPostgresDB(t))
 	// The test's own checks use a pool the terminations spare, by name.
-	u, err := url.Parse(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("application_name", "stageq-test-admin")
-	u.RawQuery = q.Encode()
-	admin, err := sql.Open("pgx", u.String())
+	admin, err := sql.Open("pgx", dsnWith(t, db.DSN, "application_name", "stageq-test-admin"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
 
 	const n = 60
-	p := plan("cut", "", []int{1, 2, 3}, func(int, int) string { return db.sleepSQL(0.3) }, n/3)
+	p := plan("cut", "", []int{1, 2, 3}, sameBody(db.sleepSQL(0.3)), n/3)
 	p.Defaults.MaxAttempts = 1
-	if _, err := db.Client.Submit(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	db.submit(t, p)
 	args := []string{"--concurrency", "4", "--lease", "3s", "--heartbeat", "500ms", "--poll-max", "50ms",
 		"--retry-base", "50ms", "--retry-max", "200ms"}
 	spawnWorker(t, db, args...)
@@ -182,10 +169,7 @@ func checkNoneCharged(t *testing.T, db *testDB, process string, entries []dialec
 			t.Errorf("task %d attempt %d failed: %s", e.TaskID, e.Attempt, e.Error)
 		}
 	}
-	tasks, err := db.D.TaskList(context.Background(), dialect.TaskFilter{Process: process})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks := db.tasks(t, dialect.TaskFilter{Process: process})
 	if len(tasks) != 0 {
 		t.Errorf("%d tasks left in the queue: %s", len(tasks), fmt.Sprint(tasks))
 	}
@@ -198,7 +182,6 @@ func checkNoneCharged(t *testing.T, db *testDB, process string, entries []dialec
 func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
 	for _, atomic := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "atomic"}[atomic], func(t *testing.T) {
-			ctx := context.Background()
 			db := newTestDB(t, newPostgresDB(t))
 			raise := func(code string) string {
 				return fmt.Sprintf(`DO $$ BEGIN RAISE EXCEPTION 'the body says %s' USING ERRCODE = '%s'; END $$`, code, code)
@@ -206,9 +189,7 @@ func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
 			p := plan("lookalike", "", []int{1}, func(_, i int) string { return raise([]string{"57P01", "08006"}[i]) }, 2)
 			p.Defaults.MaxAttempts = 1
 			p.Defaults.Atomic = atomic
-			if _, err := db.Client.Submit(ctx, p); err != nil {
-				t.Fatal(err)
-			}
+			db.submit(t, p)
 			startWorkers(t, db, 1, fastConfig(), nil)
 			waitFor(t, time.Minute, "both attempts to end", func() bool {
 				n := 0

@@ -99,10 +99,7 @@ func TestFrozenDatabaseTimesOut(t *testing.T) {
 	}
 	proxy := newFreezingProxy(t, u.Host)
 	u.Host = proxy.ln.Addr().String()
-	q := u.Query()
-	q.Set("connect_timeout", "2")
-	u.RawQuery = q.Encode()
-	c, err := queue.Open(ctx, u.String(), queue.Config{})
+	c, err := queue.Open(ctx, dsnWith(t, u.String(), "connect_timeout", "2"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,9 +126,7 @@ func TestFrozenDatabaseTimesOut(t *testing.T) {
 	succeeded := func(process string) bool {
 		return len(db.logs(t, dialect.LogFilter{Process: process, Outcome: dialect.OutcomeSucceeded})) == 1
 	}
-	if _, err := db.Client.Enqueue(ctx, "before", 1, stages.Task{Kind: "work", Body: "x"}); err != nil {
-		t.Fatal(err)
-	}
+	db.enqueue(t, "before", 1, stages.Task{Kind: "work", Body: "x"})
 	waitFor(t, 30*time.Second, "a task to run before the freeze", func() bool { return succeeded("before") })
 
 	proxy.frozen.Store(true)
@@ -142,8 +137,6 @@ func TestFrozenDatabaseTimesOut(t *testing.T) {
 	})
 	proxy.frozen.Store(false)
 
-	if _, err := db.Client.Enqueue(ctx, "after", 1, stages.Task{Kind: "work", Body: "x"}); err != nil {
-		t.Fatal(err)
-	}
+	db.enqueue(t, "after", 1, stages.Task{Kind: "work", Body: "x"})
 	waitFor(t, time.Minute, "a task to run after the thaw", func() bool { return succeeded("after") })
 }

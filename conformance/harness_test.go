@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -82,9 +83,6 @@ func (db *testDB) skipOnBabelfish(t *testing.T, gap string) {
 	}
 }
 
-// defaultPostgres is the machine's PostgreSQL (trust auth on loopback).
-const defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
 // forEachDialect runs fn once per available dialect, each with a fresh, migrated
 // database. PostgreSQL must be reachable: a missing server fails the run rather
 // than skipping it silently. SQL Server runs when STAGEQ_SQLSERVER_DSN is set.
@@ -129,46 +127,10 @@ func newTestDB(t *testing.T, dsn string) *testDB {
 	return &testDB{Dialect: c.Dialect().Name(), DSN: dsn, Client: c, D: c.Dialect()}
 }
 
-func postgresBase() string {
-	if v := os.Getenv("STAGEQ_POSTGRES_DSN"); v != "" {
-		return v
-	}
-	return defaultPostgres
-}
-
 // newPostgresDB creates a database for one test and drops it afterwards.
 func newPostgresDB(t *testing.T) string {
 	t.Helper()
-	base := postgresBase()
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatalf("postgres: %v", err)
-	}
-	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := admin.PingContext(ctx); err != nil {
-		t.Fatalf("PostgreSQL is not reachable at %s (set STAGEQ_POSTGRES_DSN, or start it: "+
-			"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", dialect.Redact(base), err)
-	}
-	name := fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		admin, err := sql.Open("pgx", base)
-		if err != nil {
-			return
-		}
-		defer admin.Close()
-		admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("STAGEQ_POSTGRES_DSN: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.NewDatabase(t, "stageq_t")
 }
 
 // newSQLServerDB creates a database for one test on the server of base, with
@@ -186,7 +148,7 @@ func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name := fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
+	name := testDBName()
 	// One CREATE DATABASE at a time: Babelfish fails concurrent ones ("tuple
 	// concurrently updated", seen 2026-11-24), and they serialize on SQL
 	// Server's own locks anyway.
@@ -196,18 +158,11 @@ func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 	if err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		admin, err := sql.Open("sqlserver", base)
-		if err != nil {
-			return
-		}
-		defer admin.Close()
-		if babelfish {
-			admin.Exec("DROP DATABASE " + name)
-			return
-		}
-		admin.Exec("ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name)
-	})
+	drop := "ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name
+	if babelfish {
+		drop = "DROP DATABASE " + name
+	}
+	dropAfter(t, "sqlserver", base, drop)
 	if !babelfish {
 		if _, err := admin.ExecContext(ctx, "ALTER DATABASE "+name+" SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE"); err != nil {
 			t.Fatalf("database %s: READ_COMMITTED_SNAPSHOT ON: %v", name, err)
@@ -217,17 +172,41 @@ func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 			t.Fatalf("database %s: READ_COMMITTED_SNAPSHOT is not on (%v)", name, err)
 		}
 	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("STAGEQ_SQLSERVER_DSN: %v", err)
-	}
-	q := u.Query()
-	q.Set("database", name)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return dsnWith(t, base, "database", name)
 }
 
 var createDatabaseMu sync.Mutex
+
+// testDBName is a fresh name for one test's database.
+func testDBName() string {
+	return fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
+}
+
+// dropAfter runs drop, the statement that drops a test's database, when the
+// test ends, on an admin connection of its own to the server of base.
+func dropAfter(t *testing.T, driver, base, drop string) {
+	t.Cleanup(func() {
+		admin, err := sql.Open(driver, base)
+		if err != nil {
+			return
+		}
+		defer admin.Close()
+		admin.Exec(drop)
+	})
+}
+
+// dsnWith returns dsn with its query parameter key set to value.
+func dsnWith(t *testing.T, dsn, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("DSN %s: %v", dialect.Redact(dsn), err)
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
 
 // sqlServerIsBabelfish asks the server of base once whether it is Babelfish for
 // PostgreSQL, so that a test Babelfish cannot run is skipped before a database
@@ -443,7 +422,16 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 // runCLI runs one of the built commands and returns its exit code and output.
 func runCLI(t *testing.T, name string, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIEnv(t, nil, name, stdin, args...)
+}
+
+// runCLIEnv is runCLI with env (KEY=value) added to the test's environment.
+func runCLIEnv(t *testing.T, env []string, name string, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -479,6 +467,16 @@ func (db *testDB) logs(t *testing.T, f dialect.LogFilter) []dialect.LogEntry {
 	return entries
 }
 
+// tasks lists the tasks of the test database that f selects (TaskList).
+func (db *testDB) tasks(t *testing.T, f dialect.TaskFilter) []dialect.TaskInfo {
+	t.Helper()
+	tasks, err := db.D.TaskList(context.Background(), f)
+	if err != nil {
+		t.Fatalf("list tasks: %v", err)
+	}
+	return tasks
+}
+
 // runs turns Logs rows into the barrier checker's input.
 func runs(entries []dialect.LogEntry) []stages.Run {
 	out := make([]stages.Run, len(entries))
@@ -512,6 +510,124 @@ func plan(process string, kind string, orders []int, bodies func(order, i int) s
 		p.Stages = append(p.Stages, s)
 	}
 	return p
+}
+
+// sameBody gives every task of a plan the one body (plan's bodies).
+func sameBody(body string) func(order, i int) string {
+	return func(int, int) string { return body }
+}
+
+// enqueue adds one task to process at order (Client.Enqueue) and returns its
+// id, failing the test on an error.
+func (db *testDB) enqueue(t *testing.T, process string, order int, task stages.Task) int64 {
+	t.Helper()
+	res, err := db.Client.Enqueue(context.Background(), process, order, task)
+	if err != nil {
+		t.Fatalf("enqueue to %q: %v", process, err)
+	}
+	return res.TaskIDs[0]
+}
+
+// submit submits p (Client.Submit), failing the test on an error.
+func (db *testDB) submit(t *testing.T, p stages.Plan) queue.Result {
+	t.Helper()
+	res, err := db.Client.Submit(context.Background(), p)
+	if err != nil {
+		t.Fatalf("submit %q: %v", p.Process, err)
+	}
+	return res
+}
+
+// holdSubmission begins a transaction, submits p in it (Client.SubmitTx) and
+// returns it still open: p's tasks are uncommitted and its process row is
+// held until the caller commits or rolls it back.
+func (db *testDB) holdSubmission(t *testing.T, p stages.Plan) *sql.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.D.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Client.SubmitTx(ctx, tx, p); err != nil {
+		tx.Rollback()
+		t.Fatalf("submit %q in a transaction: %v", p.Process, err)
+	}
+	return tx
+}
+
+// succeed records task's attempt as succeeded with TaskFinish, in tx (nil:
+// in a transaction of its own), failing the test on an error. Unlike finish,
+// it leaves the stage advance of a dialect.StageAdvancer to the caller.
+func (db *testDB) succeed(t *testing.T, tx *sql.Tx, task dialect.ClaimedTask) {
+	t.Helper()
+	if err := db.D.TaskFinish(context.Background(), tx, dialect.FinishParams{TaskID: task.ID, Token: task.Token,
+		Outcome: dialect.OutcomeSucceeded}); err != nil {
+		t.Fatalf("finish task %d: %v", task.ID, err)
+	}
+}
+
+// waitRescue runs rescue passes until one frees exactly one expired lease
+// (within 10 s), failing the test on an error of the rescue.
+func (db *testDB) waitRescue(t *testing.T, what string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, what, func() bool {
+		n, err := db.D.TaskRescueExpired(context.Background(), dialect.RescueParams{Max: 10})
+		if err != nil {
+			t.Fatalf("rescue: %v", err)
+		}
+		return n == 1
+	})
+}
+
+// waitSucceeded waits up to timeout for task id's one succeeded attempt in
+// Logs.
+func (db *testDB) waitSucceeded(t *testing.T, timeout time.Duration, what string, id int64) {
+	t.Helper()
+	waitFor(t, timeout, what, func() bool {
+		return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
+	})
+}
+
+// limOperator is the dialect's Operator (limits, process settings).
+func limOperator(t *testing.T, db *testDB) dialect.Operator {
+	t.Helper()
+	op, err := dialect.AsOperator(db.D)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// setLimit sets the limit key to max running tasks, failing the test on an
+// error.
+func (db *testDB) setLimit(t *testing.T, key string, max int) {
+	t.Helper()
+	if err := limOperator(t, db).LimitSet(context.Background(), key, max); err != nil {
+		t.Fatalf("set limit %s=%d: %v", key, max, err)
+	}
+}
+
+// skipDialect skips the test on the dialect named, saying why.
+func (db *testDB) skipDialect(t *testing.T, name, why string) {
+	t.Helper()
+	if db.Dialect == name {
+		t.Skip(why)
+	}
+}
+
+// waitBody is a handler for tasks whose body is a duration
+// (time.ParseDuration): it waits that long, or until its context ends, and
+// succeeds.
+func waitBody(ctx context.Context, task *queue.Task) error {
+	d, err := time.ParseDuration(task.Body)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 func containsFold(s, sub string) bool {

@@ -26,13 +26,19 @@ func stageAdvancer(t *testing.T, db *testDB) dialect.StageAdvancer {
 	return sa
 }
 
+// advance advances the stages of process pid (StagesAdvance) and fails the
+// test unless that succeeds with the process not reported busy.
+func advance(t *testing.T, sa dialect.StageAdvancer, pid int64, what string) {
+	t.Helper()
+	if busy, err := sa.StagesAdvance(context.Background(), []int64{pid}); err != nil || len(busy) != 0 {
+		t.Fatalf("%s: busy %v, %v", what, busy, err)
+	}
+}
+
 // stageStates maps each task of the process to its state, by order.
 func stageStates(t *testing.T, db *testDB, process string) map[int][]string {
 	t.Helper()
-	tasks, err := db.D.TaskList(context.Background(), dialect.TaskFilter{Process: process})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks := db.tasks(t, dialect.TaskFilter{Process: process})
 	out := map[int][]string{}
 	for _, tk := range tasks {
 		out[tk.Order] = append(out[tk.Order], tk.State)
@@ -58,10 +64,7 @@ func TestLastTwoFinishesOfAStage(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		sa := stageAdvancer(t, db)
 		ctx := context.Background()
-		res, err := db.Client.Submit(ctx, plan("pair", "work", []int{100, 200}, func(int, int) string { return "x" }, 2))
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := db.submit(t, plan("pair", "work", []int{100, 200}, sameBody("x"), 2))
 		got := claimAll(t, db, 1, 2)
 		finishIn := func(task dialect.ClaimedTask) interface{ Commit() error } {
 			tx, err := db.D.BeginTx(ctx)
@@ -69,18 +72,14 @@ func TestLastTwoFinishesOfAStage(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { tx.Rollback() })
-			if err := db.D.TaskFinish(ctx, tx, dialect.FinishParams{TaskID: task.ID, Token: task.Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
-				t.Fatal(err)
-			}
+			db.succeed(t, tx, task)
 			return tx
 		}
 		tx1, tx2 := finishIn(got[0]), finishIn(got[1])
 		if err := tx1.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		if busy, err := sa.StagesAdvance(ctx, []int64{res.ProcessID}); err != nil || len(busy) != 0 {
-			t.Fatalf("first advance: busy %v, %v", busy, err)
-		}
+		advance(t, sa, res.ProcessID, "first advance")
 		if st := stageStates(t, db, "pair"); !slices.Equal(st[200], []string{dialect.StateBlocked, dialect.StateBlocked}) {
 			t.Fatalf("after the first commit, stage 200 is %v; want still blocked (a task of 100 is uncommitted)", st[200])
 		}
@@ -88,9 +87,7 @@ func TestLastTwoFinishesOfAStage(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 { // the second worker's advance, and a repeat
-			if busy, err := sa.StagesAdvance(ctx, []int64{res.ProcessID}); err != nil || len(busy) != 0 {
-				t.Fatalf("advance: busy %v, %v", busy, err)
-			}
+			advance(t, sa, res.ProcessID, "advance")
 		}
 		if st := stageStates(t, db, "pair"); !slices.Equal(st[200], []string{dialect.StateAvailable, dialect.StateAvailable}) || len(st[100]) != 0 {
 			t.Fatalf("after the last commit: %v; want stage 200 available", st)
@@ -108,22 +105,11 @@ func TestAdvanceDoesNotWaitForAHeldProcess(t *testing.T) {
 		db.skipOnBabelfish(t, "G1: table hints are ignored, so stageq.AdvanceProcess cannot READPAST the process row the open submission holds (seen: not reported busy)")
 		sa := stageAdvancer(t, db)
 		ctx := context.Background()
-		res, err := db.Client.Submit(ctx, plan("held", "work", []int{100, 300}, func(int, int) string { return "x" }, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := db.submit(t, plan("held", "work", []int{100, 300}, sameBody("x"), 1))
 		got := claimAll(t, db, 1, 1)
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := db.holdSubmission(t, plan("held", "work", []int{300}, sameBody("y"), 1))
 		defer tx.Rollback()
-		if _, err := db.Client.SubmitTx(ctx, tx, plan("held", "work", []int{300}, func(int, int) string { return "y" }, 1)); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
-			t.Fatal(err)
-		}
+		db.succeed(t, nil, got[0])
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		busy, err := sa.StagesAdvance(actx, []int64{res.ProcessID})
@@ -133,9 +119,7 @@ func TestAdvanceDoesNotWaitForAHeldProcess(t *testing.T) {
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		if busy, err := sa.StagesAdvance(ctx, []int64{res.ProcessID}); err != nil || len(busy) != 0 {
-			t.Fatalf("advance after the commit: busy %v, %v", busy, err)
-		}
+		advance(t, sa, res.ProcessID, "advance after the commit")
 		if st := stageStates(t, db, "held"); !slices.Equal(st[300], []string{dialect.StateAvailable, dialect.StateAvailable}) {
 			t.Fatalf("stage 300 is %v; want both tasks available", st[300])
 		}
@@ -149,13 +133,9 @@ func TestRescueRepairsALostAdvance(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		stageAdvancer(t, db)
 		ctx := context.Background()
-		if _, err := db.Client.Submit(ctx, plan("lost", "work", []int{1, 2}, func(int, int) string { return "x" }, 1)); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, plan("lost", "work", []int{1, 2}, sameBody("x"), 1))
 		got := claimAll(t, db, 1, 1)
-		if err := db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
-			t.Fatal(err)
-		}
+		db.succeed(t, nil, got[0])
 		if st := stageStates(t, db, "lost"); !slices.Equal(st[2], []string{dialect.StateBlocked}) {
 			t.Fatalf("before the rescue pass, stage 2 is %v; want blocked (nobody advanced it)", st[2])
 		}
@@ -176,18 +156,10 @@ func TestRetryWaitsForAnOpenLowerOrder(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		stageAdvancer(t, db)
 		ctx := context.Background()
-		if _, err := db.Client.Enqueue(ctx, "lower", 200, stages.Task{Kind: "work", Body: "x"}); err != nil {
-			t.Fatal(err)
-		}
+		db.enqueue(t, "lower", 200, stages.Task{Kind: "work", Body: "x"})
 		got := claimAll(t, db, 1, 1)
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := db.holdSubmission(t, plan("lower", "work", []int{100}, sameBody("y"), 1))
 		defer tx.Rollback()
-		if _, err := db.Client.SubmitTx(ctx, tx, plan("lower", "work", []int{100}, func(int, int) string { return "y" }, 1)); err != nil {
-			t.Fatal(err)
-		}
 		finished := make(chan error, 1)
 		go func() {
 			finished <- db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token,

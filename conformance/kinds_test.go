@@ -28,30 +28,18 @@ func TestWorkersClaimOnlyTheirKinds(t *testing.T) {
 
 func claimOnlyTheirKinds(t *testing.T, db *testDB, gated bool) {
 	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
-	ctx := context.Background()
 	if gated {
-		op, err := dialect.AsOperator(db.D)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := op.LimitSet(ctx, "elsewhere", 5); err != nil {
-			t.Fatal(err)
-		}
+		db.setLimit(t, "elsewhere", 5)
 	}
 	one := 1
 	// The other kinds are enqueued first: they head the claim order.
 	p := stages.Plan{Process: "kinds", Stages: []stages.Stage{{Order: &one, Tasks: []stages.Task{
 		{Kind: "report", Body: "r1"}, {Kind: "report", Body: "r2"}, {Kind: "exec", Body: "true"},
 	}}}}
-	res, err := db.Client.Submit(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := db.submit(t, p)
 	const nSQL = 6
 	for i := range nSQL {
-		if _, err := db.Client.Enqueue(ctx, "sqlonly", 1, stages.Task{Body: db.sleepSQL(0.05) + " -- " + strconv.Itoa(i)}); err != nil {
-			t.Fatal(err)
-		}
+		db.enqueue(t, "sqlonly", 1, stages.Task{Body: db.sleepSQL(0.05) + " -- " + strconv.Itoa(i)})
 	}
 	args := []string{"--concurrency", "2", "--poll-max", "50ms", "--heartbeat", "300ms", "--lease", "2s"}
 	a, b := spawnWorker(t, db, args...), spawnWorker(t, db, args...)
@@ -62,10 +50,7 @@ func claimOnlyTheirKinds(t *testing.T, db *testDB, gated bool) {
 	if got := db.logs(t, dialect.LogFilter{Process: "kinds"}); len(got) != 0 {
 		t.Fatalf("SQL-only workers started %d attempt(s) of other kinds: %+v", len(got), got)
 	}
-	tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "kinds"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tasks := db.tasks(t, dialect.TaskFilter{Process: "kinds"})
 	if len(tasks) != 3 {
 		t.Fatalf("%d tasks of process kinds left, want 3: %+v", len(tasks), tasks)
 	}

@@ -12,33 +12,18 @@ import (
 	"github.com/stageq/stageq/stages"
 )
 
-func limOperator(t *testing.T, db *testDB) dialect.Operator {
-	t.Helper()
-	op, err := dialect.AsOperator(db.D)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return op
-}
-
 // TestLimitNeverExceededWithCrashes: 20 worker slots in 10 worker processes,
 // limit 3, tasks that take time, three workers SIGKILLed mid-run and replaced.
 // From Logs, at most 3 limited attempts overlap (an abandoned attempt holds its
 // slot until the rescue that ends it), and every task completes.
 func TestLimitNeverExceededWithCrashes(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		op := limOperator(t, db)
-		if err := op.LimitSet(ctx, "erp-api", 3); err != nil {
-			t.Fatal(err)
-		}
+		db.setLimit(t, "erp-api", 3)
 		const n = 30
-		p := plan("erp", "", []int{100}, func(int, int) string { return db.sleepSQL(0.3) }, n)
+		p := plan("erp", "", []int{100}, sameBody(db.sleepSQL(0.3)), n)
 		p.Stages[0].Limit = "erp-api"
 		p.Defaults.MaxAttempts = 10
-		if _, err := db.Client.Submit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 		fairSubmit(t, db, "filler", 40, 0.1, nil)
 		args := []string{"--concurrency", "2", "--lease", "2s", "--heartbeat", "300ms", "--poll-max", "100ms"}
 		var workers []*workerProcess
@@ -125,14 +110,10 @@ func TestLimitChangeMidRun(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		ctx := context.Background()
 		op := limOperator(t, db)
-		if err := op.LimitSet(ctx, "kind:lim", 2); err != nil {
-			t.Fatal(err)
-		}
+		db.setLimit(t, "kind:lim", 2)
 		p := plan("knob", "lim", []int{100}, func(_, i int) string { return fmt.Sprint(i) }, 80)
 		p.Defaults.Limit = "knob"
-		if _, err := db.Client.Submit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 		tr := &limTracker{}
 		cfg := fastConfig()
 		cfg.Concurrency = 2
@@ -142,9 +123,7 @@ func TestLimitChangeMidRun(t *testing.T) {
 			tr.mu.Lock()
 			tr.target = limit
 			tr.mu.Unlock()
-			if err := op.LimitSet(ctx, key, limit); err != nil {
-				t.Fatal(err)
-			}
+			db.setLimit(t, key, limit)
 			// Both the bodies running and the tasks leased: a task leased under
 			// the old limit whose body has not started yet would start in this
 			// phase.
@@ -171,9 +150,7 @@ func TestLimitChangeMidRun(t *testing.T) {
 		phase(2, 8, "kind:lim") // the kind limit binds first
 		// Set the named limit before the kind limit goes, so that no moment is
 		// unlimited (tasks claimed then would start after the next phase began).
-		if err := op.LimitSet(ctx, "knob", 2); err != nil {
-			t.Fatal(err)
-		}
+		db.setLimit(t, "knob", 2)
 		if err := op.LimitDelete(ctx, "kind:lim"); err != nil {
 			t.Fatal(err)
 		}

@@ -32,17 +32,13 @@ func TestOrphanBodiesEnd(t *testing.T) {
 func testOrphanBodiesEnd(t *testing.T, sig syscall.Signal) {
 	ctx := context.Background()
 	db := newTestDB(t, newPostgresDB(t))
-	if err := limOperator(t, db).LimitSet(ctx, "orphan", 3); err != nil {
-		t.Fatal(err)
-	}
+	db.setLimit(t, "orphan", 3)
 	const n = 6
 	body := db.sleepSQL(6) // the victim's bodies outlive its 2s lease
-	p := plan("orphan", "", []int{1}, func(int, int) string { return body }, n)
+	p := plan("orphan", "", []int{1}, sameBody(body), n)
 	p.Stages[0].Limit = "orphan"
 	p.Defaults.MaxAttempts = 3
-	if _, err := db.Client.Submit(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	db.submit(t, p)
 
 	// The sampler: the bodies PostgreSQL is running, by task (each body's text
 	// starts with its attempt's tag, the routines' body_tag, in a comment).

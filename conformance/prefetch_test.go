@@ -21,7 +21,6 @@ import (
 // without losing an attempt.
 func TestPrefetchBuffer(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
 		const concurrency, fast, slow = 2, 40, 30
 		p := stages.Plan{Process: "prefetch", Stages: []stages.Stage{
 			{Order: new(100), Tasks: repeatTask(stages.Task{Kind: "fast", Body: "x"}, fast)},
@@ -29,9 +28,7 @@ func TestPrefetchBuffer(t *testing.T) {
 			// 40 short bodies and prefetches.
 			{Order: new(200), Tasks: repeatTask(stages.Task{Kind: "slow", Body: "x", MaxAttempts: 1}, slow)},
 		}}
-		if _, err := db.Client.Submit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 
 		var running, most atomic.Int32
 		release := make(chan struct{})

@@ -34,21 +34,11 @@ func waitingOnLock(t *testing.T, db *testDB) {
 // submission's tasks once it commits.
 func TestClaimSkipsAnOpenSubmission(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.Dialect == "sqlite" {
-			t.Skip("SQLite has one writer at a time: a claim waits for the open submission by design")
-		}
+		db.skipDialect(t, "sqlite", "SQLite has one writer at a time: a claim waits for the open submission by design")
 		ctx := context.Background()
-		if _, err := db.Client.Submit(ctx, plan("committed", "work", []int{1}, func(int, int) string { return "x" }, 1)); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, plan("committed", "work", []int{1}, sameBody("x"), 1))
+		tx := db.holdSubmission(t, plan("open", "work", []int{1}, sameBody("y"), 3))
 		defer tx.Rollback()
-		if _, err := db.Client.SubmitTx(ctx, tx, plan("open", "work", []int{1}, func(int, int) string { return "y" }, 3)); err != nil {
-			t.Fatal(err)
-		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		got, err := db.D.TaskClaim(cctx, dialect.ClaimParams{WorkerID: "w", Max: 10, Token: 1, Lease: time.Minute})
@@ -88,9 +78,7 @@ func TestFinishAndRescueRace(t *testing.T) {
 		ctx := context.Background()
 		expired := func(process string) dialect.ClaimedTask {
 			t.Helper()
-			if _, err := db.Client.Submit(ctx, plan(process, "work", []int{1}, func(int, int) string { return "x" }, 1)); err != nil {
-				t.Fatal(err)
-			}
+			db.submit(t, plan(process, "work", []int{1}, sameBody("x"), 1))
 			got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "late", Max: 1, Token: 7, Lease: 200 * time.Millisecond})
 			if err != nil || len(got) != 1 {
 				t.Fatalf("claim: %+v, %v", got, err)
@@ -136,13 +124,7 @@ func TestFinishAndRescueRace(t *testing.T) {
 
 		// Rescue first: the late completion changes nothing.
 		second := expired("rescue-first")
-		waitFor(t, 10*time.Second, "the rescue to free the task", func() bool {
-			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
-			if err != nil {
-				t.Fatalf("rescue: %v", err)
-			}
-			return n == 1
-		})
+		db.waitRescue(t, "the rescue to free the task")
 		err = db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: second.ID, Token: second.Token, Outcome: dialect.OutcomeSucceeded})
 		if !errors.Is(err, dialect.ErrLeaseLost) {
 			t.Fatalf("completion after the rescue: %v; want ErrLeaseLost", err)
@@ -171,14 +153,10 @@ func TestLimitChangeDuringClaim(t *testing.T) {
 			t.Skipf("the test's own statement that holds the limit row is written for PostgreSQL and SQLite")
 		}
 		ctx := context.Background()
-		if err := limOperator(t, db).LimitSet(ctx, "c-limit", 3); err != nil {
-			t.Fatal(err)
-		}
-		p := plan("limited", "work", []int{1}, func(int, int) string { return "x" }, 4)
+		db.setLimit(t, "c-limit", 3)
+		p := plan("limited", "work", []int{1}, sameBody("x"), 4)
 		p.Stages[0].Limit = "c-limit"
-		if _, err := db.Client.Submit(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, p)
 		tx, err := db.D.BeginTx(ctx)
 		if err != nil {
 			t.Fatal(err)

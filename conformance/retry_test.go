@@ -16,11 +16,7 @@ import (
 // succeeds; Logs records each failure and when the next attempt was due.
 func TestRetryBackoff(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "flaky", 1, stages.Task{Kind: "flaky", Body: "x", MaxAttempts: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := db.enqueue(t, "flaky", 1, stages.Task{Kind: "flaky", Body: "x", MaxAttempts: 4})
 		var mu sync.Mutex
 		var starts []time.Time
 		startWorkers(t, db, 2, fastConfig(), func(w *queue.Worker) {
@@ -34,10 +30,8 @@ func TestRetryBackoff(t *testing.T) {
 				return nil
 			})
 		})
-		waitFor(t, 30*time.Second, "the third attempt to succeed", func() bool {
-			return len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0], Outcome: dialect.OutcomeSucceeded})) == 1
-		})
-		entries := db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})
+		db.waitSucceeded(t, 30*time.Second, "the third attempt to succeed", id)
+		entries := db.logs(t, dialect.LogFilter{TaskID: id})
 		if len(entries) != 3 {
 			t.Fatalf("%d attempts logged, want 3", len(entries))
 		}
@@ -73,9 +67,7 @@ func TestFailureBlocksOnlyItsProcess(t *testing.T) {
 				{Order: &o1, Tasks: []stages.Task{{Kind: "ok", Body: "a"}, {Kind: kind, Body: "b", MaxAttempts: 2}}},
 				{Order: &o2, Tasks: []stages.Task{{Kind: "ok", Body: "c"}}},
 			}}
-			if _, err := db.Client.Submit(ctx, p); err != nil {
-				t.Fatal(err)
-			}
+			db.submit(t, p)
 		}
 		startWorkers(t, db, 2, fastConfig(), func(w *queue.Worker) {
 			w.Handle("ok", func(context.Context, *queue.Task) error { return nil })
@@ -87,10 +79,7 @@ func TestFailureBlocksOnlyItsProcess(t *testing.T) {
 			return err1 == nil && err2 == nil && h.State == dialect.ProcessSucceeded && b.State == dialect.ProcessFailed
 		})
 		time.Sleep(300 * time.Millisecond) // give a wrongly opened stage time to run
-		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "broken"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tasks := db.tasks(t, dialect.TaskFilter{Process: "broken"})
 		states := map[int]string{}
 		for _, tk := range tasks {
 			states[tk.Order] = tk.State
@@ -111,16 +100,12 @@ func TestFailureBlocksOnlyItsProcess(t *testing.T) {
 // error in Logs.
 func TestSQLFailureIsLogged(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "", 1, stages.Task{Body: "SELECT * FROM no_such_table_here", MaxAttempts: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := db.enqueue(t, "", 1, stages.Task{Body: "SELECT * FROM no_such_table_here", MaxAttempts: 1})
 		startWorkers(t, db, 1, fastConfig(), nil)
 		waitFor(t, 20*time.Second, "the attempt to fail", func() bool {
-			return len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0], Outcome: dialect.OutcomeFailed})) == 1
+			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeFailed})) == 1
 		})
-		e := db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})[0]
+		e := db.logs(t, dialect.LogFilter{TaskID: id})[0]
 		if !containsFold(e.Error, "no_such_table_here") {
 			t.Errorf("logged error %q does not carry the database's message", e.Error)
 		}
@@ -132,12 +117,7 @@ func TestSQLFailureIsLogged(t *testing.T) {
 // once, without counting the attempt.
 func TestGracefulShutdown(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		res, err := db.Client.Enqueue(ctx, "", 1, stages.Task{Kind: "slow", Body: "x", MaxAttempts: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := res.TaskIDs[0]
+		id := db.enqueue(t, "", 1, stages.Task{Kind: "slow", Body: "x", MaxAttempts: 1})
 		started := make(chan struct{}, 1)
 		cfg := fastConfig()
 		cfg.ShutdownGrace = 200 * time.Millisecond
@@ -158,9 +138,7 @@ func TestGracefulShutdown(t *testing.T) {
 		startWorkers(t, db, 1, fastConfig(), func(w *queue.Worker) {
 			w.Handle("slow", func(context.Context, *queue.Task) error { return nil })
 		})
-		waitFor(t, 10*time.Second, "another worker to run the released task", func() bool {
-			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
-		})
+		db.waitSucceeded(t, 10*time.Second, "another worker to run the released task", id)
 		workers := db.count(t, map[string]string{
 			"sqlite":    "SELECT count(*) FROM stageq_workers WHERE stopped_at IS NOT NULL",
 			"postgres":  "SELECT count(*) FROM stageq.workers WHERE stopped_at IS NOT NULL",

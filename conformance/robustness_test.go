@@ -18,11 +18,8 @@ import (
 func TestUnlistedLeaseIsNotExtended(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		ctx := context.Background()
-		if _, err := db.Client.Enqueue(ctx, "orphans", 1, stages.Task{Kind: "work", Body: "a"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Client.Enqueue(ctx, "orphans", 1, stages.Task{Kind: "work", Body: "b"}); err != nil {
-			t.Fatal(err)
+		for _, body := range []string{"a", "b"} {
+			db.enqueue(t, "orphans", 1, stages.Task{Kind: "work", Body: body})
 		}
 		got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 2, Token: 7, Lease: 600 * time.Millisecond})
 		if err != nil || len(got) != 2 {
@@ -46,10 +43,7 @@ func TestUnlistedLeaseIsNotExtended(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{Process: "orphans"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tasks := db.tasks(t, dialect.TaskFilter{Process: "orphans"})
 		states := map[int64]string{}
 		for _, tk := range tasks {
 			states[tk.ID] = tk.State
@@ -118,10 +112,7 @@ func TestFinishFailures(t *testing.T) {
 			{"permanent", 1 << 30, 2},
 		} {
 			process := "finish-" + c.name
-			res, err := db.Client.Enqueue(ctx, process, 1, stages.Task{Kind: "work", Body: "x", MaxAttempts: 5})
-			if err != nil {
-				t.Fatal(err)
-			}
+			id := db.enqueue(t, process, 1, stages.Task{Kind: "work", Body: "x", MaxAttempts: 5})
 			flaky := &failingFinisher{Dialect: db.D}
 			flaky.fail.Store(c.failures)
 			fc, err := queue.New(ctx, flaky, queue.Config{})
@@ -141,7 +132,7 @@ func TestFinishFailures(t *testing.T) {
 				// The broken worker gives up on its result and stops; a healthy
 				// one must get the task once the abandoned lease expires.
 				waitFor(t, 10*time.Second, "the broken worker to run the task", func() bool {
-					return len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})) == 1
+					return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
 				})
 				stop()
 				<-done
@@ -149,12 +140,10 @@ func TestFinishFailures(t *testing.T) {
 					w.Handle("work", func(context.Context, *queue.Task) error { return nil })
 				})
 			}
-			waitFor(t, 30*time.Second, c.name+": the task to succeed", func() bool {
-				return len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0], Outcome: dialect.OutcomeSucceeded})) == 1
-			})
+			db.waitSucceeded(t, 30*time.Second, c.name+": the task to succeed", id)
 			stop()
 			<-done
-			if n := len(db.logs(t, dialect.LogFilter{TaskID: res.TaskIDs[0]})); n != c.attempts {
+			if n := len(db.logs(t, dialect.LogFilter{TaskID: id})); n != c.attempts {
 				t.Errorf("%s: %d attempts logged, want %d", c.name, n, c.attempts)
 			}
 			// The stage (and so the process) advances once the completion
@@ -173,37 +162,17 @@ func TestFinishFailures(t *testing.T) {
 // time, so there an open write transaction holds every writer back: by design.)
 func TestOpenSubmissionDoesNotStallOthers(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.Dialect == "sqlite" {
-			t.Skip("SQLite has one writer at a time: an open write transaction holds every claim back")
-		}
+		db.skipDialect(t, "sqlite", "SQLite has one writer at a time: an open write transaction holds every claim back")
 		db.skipOnBabelfish(t, "G1: table hints are ignored, so the claim cannot READPAST the process row an open submission holds")
-		ctx := context.Background()
-		if _, err := db.Client.Enqueue(ctx, "busy", 1, stages.Task{Kind: "work", Body: "first"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Client.Submit(ctx, plan("others", "work", []int{1}, func(int, int) string { return "x" }, 5)); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := busyBesideOthers(t, db, stages.Task{Kind: "work", Body: "first"}, 5)
 		defer tx.Rollback()
-		if _, err := db.Client.SubmitTx(ctx, tx, plan("busy", "work", []int{1}, func(int, int) string { return "y" }, 1)); err != nil {
-			t.Fatal(err)
-		}
 		startWorkers(t, db, 2, fastConfig(), func(w *queue.Worker) {
 			w.Handle("work", func(context.Context, *queue.Task) error { return nil })
 		})
 		waitFor(t, 15*time.Second, "the other process's tasks to run while the submission is open", func() bool {
 			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: dialect.OutcomeSucceeded})) == 5
 		})
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 15*time.Second, "the busy process to drain after the commit", func() bool {
-			return len(db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeSucceeded})) == 2
-		})
+		drainBusy(t, db, tx, 15*time.Second)
 	})
 }
 
@@ -213,26 +182,11 @@ func TestOpenSubmissionDoesNotStallOthers(t *testing.T) {
 // worker, are recorded without waiting for it. (Not SQLite: one writer.)
 func TestHandBackDoesNotStallSuccesses(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.Dialect == "sqlite" {
-			t.Skip("SQLite has one writer at a time: an open write transaction holds every finish back")
-		}
+		db.skipDialect(t, "sqlite", "SQLite has one writer at a time: an open write transaction holds every finish back")
 		db.skipOnBabelfish(t, "G1: table hints are ignored (harness_test.go)")
-		ctx := context.Background()
-		if _, err := db.Client.Enqueue(ctx, "busy", 1, stages.Task{Kind: "flaky", Body: "fails once"}); err != nil {
-			t.Fatal(err)
-		}
 		const n = 6
-		if _, err := db.Client.Submit(ctx, plan("others", "work", []int{1}, func(int, int) string { return "x" }, n)); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := busyBesideOthers(t, db, stages.Task{Kind: "flaky", Body: "fails once"}, n)
 		defer tx.Rollback()
-		if _, err := db.Client.SubmitTx(ctx, tx, plan("busy", "work", []int{1}, func(int, int) string { return "y" }, 1)); err != nil {
-			t.Fatal(err)
-		}
 		cfg := fastConfig()
 		cfg.Concurrency = 3
 		startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
@@ -253,11 +207,29 @@ func TestHandBackDoesNotStallSuccesses(t *testing.T) {
 		if got := db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeFailed}); len(got) != 0 {
 			t.Errorf("the hand-back was recorded while its process row was held: %+v", got)
 		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 30*time.Second, "the busy process to drain after the commit", func() bool {
-			return len(db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeSucceeded})) == 2
-		})
+		drainBusy(t, db, tx, 30*time.Second)
+	})
+}
+
+// busyBesideOthers submits n tasks of kind work to process "others" and the
+// task first to process "busy", then a second task of "busy" in a transaction
+// it returns still open: an application's long submission, holding busy's
+// process row.
+func busyBesideOthers(t *testing.T, db *testDB, first stages.Task, n int) *sql.Tx {
+	t.Helper()
+	db.enqueue(t, "busy", 1, first)
+	db.submit(t, plan("others", "work", []int{1}, sameBody("x"), n))
+	return db.holdSubmission(t, plan("busy", "work", []int{1}, sameBody("y"), 1))
+}
+
+// drainBusy commits the open submission of busyBesideOthers and waits up to
+// timeout for both tasks of "busy" to succeed.
+func drainBusy(t *testing.T, db *testDB, tx *sql.Tx, timeout time.Duration) {
+	t.Helper()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, timeout, "the busy process to drain after the commit", func() bool {
+		return len(db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeSucceeded})) == 2
 	})
 }

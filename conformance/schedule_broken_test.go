@@ -16,9 +16,7 @@ import (
 // back the schedules due after it.
 func TestScheduleBrokenCronOrSubmitDoesNotBlock(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.Dialect == "sqlserver" {
-			t.Skip("the refusing trigger below is written for PostgreSQL and SQLite")
-		}
+		db.skipDialect(t, "sqlserver", "the refusing trigger below is written for PostgreSQL and SQLite")
 		ctx := context.Background()
 		o := 0
 		mk := func(name, body string) {

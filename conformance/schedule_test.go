@@ -257,16 +257,7 @@ func TestScheduleSingleton(t *testing.T) {
 		}
 		cfg := fastConfig()
 		cfg.Concurrency = 4
-		startWorkers(t, db, 2, cfg, func(w *queue.Worker) {
-			w.Handle("slow", func(ctx context.Context, task *queue.Task) error {
-				d, _ := time.ParseDuration(task.Body)
-				select {
-				case <-time.After(d):
-				case <-ctx.Done():
-				}
-				return nil
-			})
-		})
+		startWorkers(t, db, 2, cfg, func(w *queue.Worker) { w.Handle("slow", waitBody) })
 		waitFor(t, 30*time.Second, "three runs and some skipped ticks", func() bool {
 			return len(db.logs(t, dialect.LogFilter{Process: "single", Outcome: dialect.OutcomeSucceeded})) >= 3
 		})

@@ -34,16 +34,11 @@ func TestEnqueueFromSQL(t *testing.T) {
 		if _, err := db.D.DB().ExecContext(ctx, bad); err == nil || !strings.Contains(err.Error(), "execution_order") {
 			t.Errorf("a negative order from SQL: err = %v, want a message about execution_order", err)
 		}
-		tasks, err := db.D.TaskList(ctx, dialect.TaskFilter{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tasks := db.tasks(t, dialect.TaskFilter{})
 		if len(tasks) != 1 || tasks[0].ID != id || tasks[0].Process != "from-sql" || tasks[0].Order != 200 || tasks[0].MaxAttempts != 2 {
 			t.Fatalf("tasks = %+v", tasks)
 		}
 		startWorkers(t, db, 1, fastConfig(), nil)
-		waitFor(t, 10*time.Second, "the task to run", func() bool {
-			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeSucceeded})) == 1
-		})
+		db.waitSucceeded(t, 10*time.Second, "the task to run", id)
 	})
 }

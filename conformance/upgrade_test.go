@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
 	"strconv"
@@ -117,10 +118,7 @@ func TestRollingUpgrade(t *testing.T) {
 		oldPool := startWorkers(t, db, 2, cfg, nil)
 		orders := []int{100, 200, 300, 400, 500}
 		perStage := 12
-		body := func(int, int) string { return db.sleepSQL(0.03) }
-		if _, err := db.Client.Submit(ctx, plan("rolling", "sql", orders, body, perStage)); err != nil {
-			t.Fatal(err)
-		}
+		db.submit(t, plan("rolling", "sql", orders, sameBody(db.sleepSQL(0.03)), perStage))
 		succeeded := func() int {
 			return countOutcome(db.logs(t, dialect.LogFilter{Process: "rolling"}), dialect.OutcomeSucceeded)
 		}
@@ -235,7 +233,7 @@ func TestRoutinesInstallOnceAndRefuseOtherSources(t *testing.T) {
 				t.Errorf("concurrent migrate up: %v", err)
 			}
 		}
-		if n := db.count(t, "SELECT count(*) FROM "+db.table(map[string]string{"postgres": "routines", "sqlserver": "Routines"}[db.Dialect])); n != 1 {
+		if n := db.count(t, "SELECT count(*) FROM "+routinesTable(db)); n != 1 {
 			t.Errorf("%d routine versions recorded, want 1", n)
 		}
 		forged := *r
@@ -253,7 +251,80 @@ func TestRoutinesInstallOnceAndRefuseOtherSources(t *testing.T) {
 		if err := routines.Check(ctx, db.D.DB(), forged); !errors.Is(err, routines.ErrChecksum) {
 			t.Errorf("check of other sources under version %d: %v; want ErrChecksum", r.Version, err)
 		}
+
+		// Four migrators of a new version at once: one installs it, the
+		// others find it under the lock and leave it.
+		newer := *r
+		newer.Version++
+		for range 4 {
+			go func() { errs <- routines.Install(ctx, db.D.DB(), newer) }()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Errorf("concurrent install of version %d: %v", newer.Version, err)
+			}
+		}
+		if n := db.count(t, "SELECT count(*) FROM "+routinesTable(db)); n != 2 {
+			t.Errorf("%d routine versions recorded after installing %d, want 2", n, newer.Version)
+		}
+
+		// Another starting worker holds the shared lock: the version already
+		// there is found beside it, and a new one waits for it.
+		hold := holdRoutinesLock(t, db, r.SQL.LockShared)
+		quick, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := routines.Install(quick, db.D.DB(), newer); err != nil {
+			t.Fatalf("install of the version already there, the shared lock held elsewhere: %v", err)
+		}
+		newest := newer
+		newest.Version++
+		installWaitsFor(t, db, hold, newest, "the shared lock of a starting worker")
+
+		// A prune in progress holds the lock: even the version already there
+		// waits, so that it cannot be found by a read the prune then undoes.
+		installWaitsFor(t, db, holdRoutinesLock(t, db, r.SQL.Lock), newer, "the lock of a prune in progress")
 	})
+}
+
+func routinesTable(db *testDB) string {
+	return db.table(map[string]string{"postgres": "routines", "sqlserver": "Routines"}[db.Dialect])
+}
+
+// holdRoutinesLock runs lock (RoutineSQL.Lock or LockShared) in a transaction
+// it leaves open until the test ends or the caller rolls it back.
+func holdRoutinesLock(t *testing.T, db *testDB, lock string) *sql.Tx {
+	t.Helper()
+	tx, err := db.D.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	if _, err := tx.ExecContext(context.Background(), lock); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// installWaitsFor shows that an install of r does not go past the lock hold
+// keeps (held by what), and ends once hold is rolled back.
+func installWaitsFor(t *testing.T, db *testDB, hold *sql.Tx, r dialect.Routines, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- routines.Install(context.Background(), db.D.DB(), r) }()
+	select {
+	case err := <-done:
+		t.Fatalf("install of version %d went past %s: %v", r.Version, what, err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := hold.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("install of version %d once %s was let go: %v", r.Version, what, err)
+	}
+	if err := routines.Check(context.Background(), db.D.DB(), r); err != nil {
+		t.Errorf("check of version %d after its install: %v", r.Version, err)
+	}
 }
 
 // TestSchemaFloorRefusesOlderBinaries: a release whose migration takes

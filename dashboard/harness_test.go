@@ -19,6 +19,7 @@ import (
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
+	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -78,28 +79,7 @@ func newSQLServerDB(t *testing.T, base string) string {
 
 func newPostgresDB(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("STAGEQ_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	name := fmt.Sprintf("stageq_dash_%d_%08x", os.Getpid(), rand.Uint32())
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatalf("PostgreSQL needed at %s (set STAGEQ_POSTGRES_DSN): %v", dialect.Redact(base), err)
-	}
-	t.Cleanup(func() {
-		if a, err := sql.Open("pgx", base); err == nil {
-			a.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-			a.Close()
-		}
-	})
-	u, _ := url.Parse(base)
-	u.Path = "/" + name
-	return u.String()
+	return pgtest.NewDatabase(t, "stageq_dash")
 }
 
 func migrated(t *testing.T, dsn string) string {
