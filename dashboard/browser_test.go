@@ -263,6 +263,7 @@ func workload(t *testing.T, dsn string) (*queue.Client, string) {
 }
 
 func TestDashboardInBrowser(t *testing.T) {
+	const deadAfter = 5 * time.Second
 	chromiumPath(t)
 	dir := screenshotDir(t)
 	eachDatabase(t, func(t *testing.T, dsn string) {
@@ -271,7 +272,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		c, workerID := workload(t, dsn)
 		d := c.Dialect()
 		op, _ := dialect.AsOperator(d)
-		base, stop := serve(t, dsn, "--addr", "127.0.0.1:0", "--refresh", "400ms", "--dead-after", "5s")
+		base, stop := serve(t, dsn, "--addr", "127.0.0.1:0", "--refresh", "400ms", "--dead-after", deadAfter.String())
 		b := newBrowser(t)
 
 		// Processes: state, scheduling and a bar per stage.
@@ -362,7 +363,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		run(t, b, "open logs", chromedp.Navigate(base+"/logs?since=all&outcome=abandoned"), chromedp.WaitVisible(chromedp.CSS("table.logs")))
 		mustContain(t, "the logs page", text(t, b, "table.logs"), "ghost-1", "abandoned", "etl")
 
-		// Workers: the live one and the vanished one.
+		// Workers: the live one and the vanished one. The ghost counts as dead
+		// only once its last heartbeat is older than --dead-after, and a fast
+		// machine gets here sooner than that.
+		waitFor(t, 30*time.Second, "ghost-1's heartbeat older than --dead-after", func() (bool, error) {
+			ws, err := op.WorkerList(ctx)
+			for _, w := range ws {
+				if w.ID == "ghost-1" {
+					return w.Now.Sub(w.HeartbeatAt) > deadAfter, err
+				}
+			}
+			return false, err
+		})
 		run(t, b, "open workers", chromedp.Navigate(base+"/workers"), chromedp.WaitVisible(chromedp.CSS(`tr[data-worker="ghost-1"]`)))
 		live := get(t, b, "worker state", chromedp.AttributeValue(chromedp.CSS(fmt.Sprintf(`tr[data-worker=%q]`, workerID)), "data-state")).Value
 		ghost := get(t, b, "ghost state", chromedp.AttributeValue(chromedp.CSS(`tr[data-worker="ghost-1"]`), "data-state")).Value
