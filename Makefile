@@ -37,7 +37,7 @@ bench:
 ## bench/micro: per-dialect go test benchmarks of claim and finish (compare runs with benchstat)
 bench/micro:
 	./scripts/ensure-postgres.sh
-	$(GO) test -run '^$$' -bench . -count 6 ./bench/
+	$(GO) test -run '^$$' -bench . -count 6 ./bench/ ./dialect/postgres/
 
 ## test/sqlserver: the conformance suite against the docker-compose SQL Server (needs a Docker engine)
 test/sqlserver:
