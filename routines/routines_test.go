@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {1, "2f7257290e4a87eeca802219989267e185c15fc4ecd4db152cd5ab43c0754cdb"},
+	"postgres":  {2, "3a646f9115e675b29917a8cc40d1bece1921b41e8bd4cf64cc466378dde7685c"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

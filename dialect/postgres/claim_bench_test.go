@@ -12,8 +12,9 @@ import (
 	"github.com/stageq/stageq/migrations"
 )
 
-// benchDB creates and migrates a database for one benchmark and drops it after.
-func benchDB(b *testing.B) dialect.Dialect {
+// migratedDB creates and migrates a database for one test or benchmark and
+// drops it after.
+func migratedDB(b testing.TB) dialect.Dialect {
 	b.Helper()
 	ctx := context.Background()
 	d, err := postgres.Open(ctx, pgtest.NewDatabase(b, "stageq_bench"))
@@ -27,20 +28,20 @@ func benchDB(b *testing.B) dialect.Dialect {
 	return d
 }
 
-// benchExec runs fixture SQL.
-func benchExec(b *testing.B, d dialect.Dialect, q string, args ...any) {
+// execSQL runs fixture SQL.
+func execSQL(b testing.TB, d dialect.Dialect, q string, args ...any) {
 	b.Helper()
 	if _, err := d.DB().ExecContext(context.Background(), q, args...); err != nil {
 		b.Fatalf("%s: %v", q, err)
 	}
 }
 
-// benchRunnable adds n runnable processes with per tasks each, in bulk.
-func benchRunnable(b *testing.B, d dialect.Dialect, n, per int) {
-	benchExec(b, d, `
+// addRunnable adds n runnable processes with per tasks each, in bulk.
+func addRunnable(b testing.TB, d dialect.Dialect, n, per int) {
+	execSQL(b, d, `
 INSERT INTO stageq.processes (name, current_order)
 SELECT 'p' || g, 100 FROM generate_series(1, $1) g`, n)
-	benchExec(b, d, `
+	execSQL(b, d, `
 INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
 SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
   FROM stageq.processes p, generate_series(1, $1) g
@@ -51,7 +52,7 @@ SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
 // timer so the queue stays the same size.
 func benchClaims(b *testing.B, d dialect.Dialect) {
 	ctx := context.Background()
-	benchExec(b, d, "ANALYZE")
+	execSQL(b, d, "ANALYZE")
 	b.ResetTimer()
 	for i := range b.N {
 		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "bench", Max: 1, Token: int64(i + 1), Lease: time.Minute})
@@ -71,9 +72,9 @@ func benchClaims(b *testing.B, d dialect.Dialect) {
 func BenchmarkClaimProcesses(b *testing.B) {
 	for _, n := range []int{10, 10_000} {
 		b.Run(fmt.Sprintf("runnable=%d", n), func(b *testing.B) {
-			d := benchDB(b)
-			benchRunnable(b, d, n, 20)
-			benchExec(b, d, `INSERT INTO stageq.processes (name, state) SELECT 'idle' || g, 'succeeded' FROM generate_series(1, 10000) g`)
+			d := migratedDB(b)
+			addRunnable(b, d, n, 20)
+			execSQL(b, d, `INSERT INTO stageq.processes (name, state) SELECT 'idle' || g, 'succeeded' FROM generate_series(1, 10000) g`)
 			benchClaims(b, d)
 		})
 	}
@@ -82,14 +83,14 @@ func BenchmarkClaimProcesses(b *testing.B) {
 // BenchmarkClaimBlockedMillion: 1,000,000 tasks blocked behind a running stage
 // of one process must not slow the claims of ten other processes.
 func BenchmarkClaimBlockedMillion(b *testing.B) {
-	d := benchDB(b)
-	benchRunnable(b, d, 10, 20)
-	benchExec(b, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('huge', 100)`)
-	benchExec(b, d, `
+	d := migratedDB(b)
+	addRunnable(b, d, 10, 20)
+	execSQL(b, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('huge', 100)`)
+	execSQL(b, d, `
 INSERT INTO stageq.tasks (process_id, execution_order, body, state, worker_id, lease_token, lease_expires_at, attempt)
 SELECT id, 100, 'SELECT pg_sleep(3600)', 'running', 'elsewhere', 1, now() + interval '1 day', 1
   FROM stageq.processes WHERE name = 'huge'`)
-	benchExec(b, d, `
+	execSQL(b, d, `
 INSERT INTO stageq.tasks (process_id, execution_order, body, state)
 SELECT p.id, 200, 'SELECT 1', 'blocked' FROM stageq.processes p, generate_series(1, 1000000) g
  WHERE p.name = 'huge'`)

@@ -53,9 +53,12 @@ UPDATE stageq_tasks
  WHERE id = ? AND lease_token = ? AND state = 'running'
 RETURNING process_id`
 
-	// In: outcome, error, retry time, id, token.
+	// In: outcome, error, retry time, id, token. INDEXED BY: SQLite plans by
+	// sqlite_stat1, which nothing refreshes on its own; after an ANALYZE of a
+	// young database (Logs of a row or two) it scanned all of Logs here, on
+	// every finish, for good.
 	finishLogSQL = `
-UPDATE stageq_logs
+UPDATE stageq_logs INDEXED BY stageq_logs_task
    SET ended_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
        outcome = ?, error = ?, retry_at = ?

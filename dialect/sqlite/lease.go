@@ -71,7 +71,7 @@ UPDATE stageq_tasks
 RETURNING last_error`
 	// In: error, id, token.
 	rescueLogSQL = `
-UPDATE stageq_logs
+UPDATE stageq_logs INDEXED BY stageq_logs_task
    SET ended_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
        outcome = 'abandoned', error = ?

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	pgroutines "github.com/stageq/stageq/routines/postgres"
+	msroutines "github.com/stageq/stageq/routines/sqlserver"
 )
 
 // TestMigrateRoutinesCLI: `migrate routines` lists the version this binary
@@ -18,16 +22,21 @@ func TestMigrateRoutinesCLI(t *testing.T) {
 			}
 			return
 		}
-		if !strings.Contains(out, "stageq_r1") || !strings.Contains(out, "yes") {
+		version := pgroutines.Version
+		if strings.HasPrefix(dsn, "sqlserver") {
+			version = msroutines.Version
+		}
+		namespace := fmt.Sprintf("stageq_r%d", version)
+		if !strings.Contains(out, namespace) || !strings.Contains(out, "yes") {
 			t.Errorf("migrate routines: %q", out)
 		}
 		if out := qcExpect(t, dsn, 0, "", "migrate", "prune-routines"); !strings.Contains(out, "nothing to drop") {
 			t.Errorf("prune-routines with one version: %q", out)
 		}
-		if out := qcExpect(t, dsn, 0, "", "migrate", "up"); !strings.Contains(out, "routines version 1 (schema stageq_r1)") {
+		if out := qcExpect(t, dsn, 0, "", "migrate", "up"); !strings.Contains(out, fmt.Sprintf("routines version %d (schema %s)", version, namespace)) {
 			t.Errorf("migrate up: %q", out)
 		}
-		if out := qcExpect(t, dsn, 0, "", "migrate", "routines", "--json"); !strings.Contains(out, `"namespace": "stageq_r1"`) {
+		if out := qcExpect(t, dsn, 0, "", "migrate", "routines", "--json"); !strings.Contains(out, fmt.Sprintf(`"namespace": %q`, namespace)) {
 			t.Errorf("migrate routines --json: %q", out)
 		}
 	})

@@ -31,6 +31,11 @@ $function$;
 CREATE OR REPLACE FUNCTION stageq_routines.finish_many(p_ids bigint[], p_tokens bigint[], p_outcomes text[], p_errors text[], p_retry_ms bigint[])
  RETURNS TABLE(task_id bigint, advance_process_id bigint)
  LANGUAGE plpgsql
+ -- Planned without sequential scans: this function's plans are cached per
+ -- connection, and planned while Logs was small (a young database, or one
+ -- analyzed then) they read all of Logs on every call until autovacuum
+ -- analyzes it again. Every statement here has an index to seek.
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
     v_ids    bigint[];

@@ -43,6 +43,7 @@ END $function$;
 CREATE OR REPLACE FUNCTION stageq_routines.rescue(p_max integer)
  RETURNS integer
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off' -- as finish_many: its Logs update seeks logs_task
 AS $function$
 DECLARE
     r record;

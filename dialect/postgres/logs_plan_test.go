@@ -1,0 +1,81 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// TestFinishSeeksLogsAfterAnEarlyAnalyze: statistics gathered while Logs held
+// one row (a young database, analyzed by hand or by autovacuum) must not make
+// each finish read the whole Logs table once it has grown. Before finish_many
+// and rescue planned with sequential scans off, PostgreSQL chose a hash join
+// over a scan of Logs here, and every completion got slower as Logs grew
+// (the depth/blocked-large scenario of make bench).
+func TestFinishSeeksLogsAfterAnEarlyAnalyze(t *testing.T) {
+	ctx := context.Background()
+	d := migratedDB(t)
+	addRunnable(t, d, 1, 30)
+	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 30, Token: 1, Lease: time.Minute})
+	if err != nil || len(claimed) != 30 {
+		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
+	}
+	execSQL(t, d, "ANALYZE stageq.logs") // Logs holds 30 rows in one page
+
+	// counters waits until Logs' insert and update counts reach what this
+	// test wrote (so every backend that touched Logs has reported: a backend
+	// reports within a second of going idle) and gives its sequential scans.
+	counters := func(inserted, updated int64) (seq int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var ins, upd int64
+			if err := d.DB().QueryRowContext(ctx, `
+SELECT seq_scan, n_tup_ins, n_tup_upd FROM pg_stat_user_tables WHERE relid = 'stageq.logs'::regclass`).Scan(&seq, &ins, &upd); err != nil {
+				t.Fatal(err)
+			}
+			if ins == inserted && upd == updated {
+				return seq
+			}
+			if ins > inserted || upd > updated || time.Now().After(deadline) {
+				t.Fatalf("Logs counters: %d inserted, %d updated; want %d and %d", ins, upd, inserted, updated)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	before := counters(30, 0)
+
+	// One transaction, so one backend and its cached plans: the first
+	// finishes plan against the small Logs (PL/pgSQL keeps a generic plan
+	// after five calls), the rest run after Logs has grown.
+	tx, err := d.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	finish := func(c dialect.ClaimedTask) {
+		t.Helper()
+		if err := d.TaskFinish(ctx, tx, dialect.FinishParams{TaskID: c.ID, Token: c.Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range claimed[:10] {
+		finish(c)
+	}
+	if _, err := tx.ExecContext(ctx, `
+INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token, outcome)
+SELECT 1000000 + g, 0, 'older', 100, 'sql', 'SELECT 1', 'w', 1, g, 'succeeded' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claimed[10:] {
+		finish(c)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counters(20030, 30) - before; n > 0 {
+		t.Errorf("30 finishes scanned Logs sequentially %d times, want none (each should seek logs_task)", n)
+	}
+}
