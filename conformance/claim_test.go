@@ -196,6 +196,7 @@ func TestAtomicSubmission(t *testing.T) {
 		// read that starts before the commit must see none of the plan.
 		stop := make(chan struct{})
 		seen := make(chan []int, 1)
+		var looks atomic.Int64
 		go func() {
 			var before []int
 			defer func() { seen <- before }()
@@ -212,12 +213,18 @@ func TestAtomicSubmission(t *testing.T) {
 				err := db.D.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+db.table("tasks")).Scan(&n)
 				if err == nil && open && !submitted.Load() {
 					before = append(before, n)
+					looks.Add(1)
 				}
 			}
 		}()
 		time.Sleep(50 * time.Millisecond)
 		tx := db.holdSubmission(t, p)
-		time.Sleep(200 * time.Millisecond) // a window in which half a plan would show
+		// A window in which half a plan would show, held until the reader has
+		// looked often enough (a loaded machine reads more slowly).
+		time.Sleep(200 * time.Millisecond)
+		for deadline := time.Now().Add(20 * time.Second); looks.Load() < 10 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		submitted.Store(true)
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)

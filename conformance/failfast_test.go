@@ -24,6 +24,7 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 			ok          bool // cancelled (not run to its end)
 		}
 		done := make(chan result, 1)
+		locked := make(chan struct{}) // closed once the heartbeat is blocked
 		cfg := fastConfig()
 		cfg.Lease, cfg.Heartbeat = 1500*time.Millisecond, 500*time.Millisecond
 		cfg.NoScheduler = true
@@ -31,13 +32,23 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 		startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
 			w.Handle("hold", func(ctx context.Context, task *queue.Task) error {
 				started <- struct{}{}
-				select {
-				case <-ctx.Done():
-					done <- result{time.Now(), true}
-				case <-time.After(2500 * time.Millisecond):
-					done <- result{time.Now(), false}
+				// "Ran to its end" counts from the moment the heartbeat is
+				// blocked, not from the start: a slow machine may take a while
+				// to block it, and the beats that land before then extend
+				// the lease.
+				lk, end := locked, (<-chan time.Time)(nil)
+				for {
+					select {
+					case <-ctx.Done():
+						done <- result{time.Now(), true}
+						return ctx.Err()
+					case <-lk:
+						lk, end = nil, time.After(2500*time.Millisecond)
+					case <-end:
+						done <- result{time.Now(), false}
+						return nil
+					}
 				}
-				return ctx.Err()
 			})
 		})
 		id := db.enqueue(t, "ff", 1, stages.Task{Kind: "hold", Body: "x", MaxAttempts: 5})
@@ -55,6 +66,7 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 		} else if _, err := tx.ExecContext(ctx, `UPDATE stageq_limits SET max_running = max_running WHERE 0`); err != nil {
 			t.Fatal(err) // BEGIN IMMEDIATE already holds the write lock; this only uses the transaction
 		}
+		close(locked)
 		r := <-done
 		// The lease as the database has it, read before the lock goes: the last
 		// extension that landed, even one sent just before the lock was taken.

@@ -21,14 +21,20 @@ func TestUnlistedLeaseIsNotExtended(t *testing.T) {
 		for _, body := range []string{"a", "b"} {
 			db.enqueue(t, "orphans", 1, stages.Task{Kind: "work", Body: body})
 		}
-		got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 2, Token: 7, Lease: 600 * time.Millisecond})
-		if err != nil || len(got) != 2 {
-			t.Fatalf("claim = %+v, %v", got, err)
+		// The kept attempt's lease is long, so a slow machine cannot let it
+		// lapse between two extensions; the other's is short.
+		var got []dialect.ClaimedTask
+		for _, lease := range []time.Duration{30 * time.Second, 600 * time.Millisecond} {
+			c, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 7, Lease: lease})
+			if err != nil || len(c) != 1 {
+				t.Fatalf("claim = %+v, %v", c, err)
+			}
+			got = append(got, c...)
 		}
 		kept := dialect.TaskLease{ID: got[0].ID, Token: 7}
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
-			held, err := db.D.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "w", Lease: 600 * time.Millisecond,
+		deadline := time.Now().Add(30 * time.Second)
+		for rescued := false; !rescued; {
+			held, err := db.D.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "w", Lease: 30 * time.Second,
 				Tasks: []dialect.TaskLease{kept, {ID: got[1].ID, Token: 8}}}) // a wrong token extends nothing
 			if err != nil {
 				t.Fatal(err)
@@ -36,12 +42,19 @@ func TestUnlistedLeaseIsNotExtended(t *testing.T) {
 			if len(held) != 1 || held[0] != kept {
 				t.Fatalf("held = %+v, want only %+v", held, kept)
 			}
-			if n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10}); err != nil {
+			n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10})
+			switch {
+			case err != nil:
 				t.Fatal(err)
-			} else if n == 1 {
-				break
+			case n > 1:
+				t.Fatalf("rescued %d attempts, want only the unlisted one", n)
+			case n == 1:
+				rescued = true
+			case time.Now().After(deadline):
+				t.Fatalf("the unlisted attempt was not rescued within 30 s")
+			default:
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 		tasks := db.tasks(t, dialect.TaskFilter{Process: "orphans"})
 		states := map[int64]string{}
