@@ -220,9 +220,11 @@ func TestAtomicSubmission(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		tx := db.holdSubmission(t, p)
 		// A window in which half a plan would show, held until the reader has
-		// looked often enough (a loaded machine reads more slowly).
+		// looked often enough while it is open (a loaded machine reads more
+		// slowly).
+		opened := looks.Load()
 		time.Sleep(200 * time.Millisecond)
-		for deadline := time.Now().Add(20 * time.Second); looks.Load() < 10 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(20 * time.Second); looks.Load()-opened < 10 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		submitted.Store(true)

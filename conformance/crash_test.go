@@ -22,6 +22,11 @@ func TestCrashRescue(t *testing.T) {
 			return len(db.logs(t, dialect.LogFilter{TaskID: id, Outcome: dialect.OutcomeRunning})) == 1
 		})
 		victim.kill()
+		// The lease as the database has it after the kill: the claim's 2 s,
+		// moved on by each heartbeat that landed. (A statement the victim sent
+		// before dying may still land and move it later: the check below holds
+		// all the more.)
+		expires := leaseExpiry(t, db, id)
 
 		startWorkers(t, db, 1, fastConfig(), nil)
 		db.waitSucceeded(t, 30*time.Second, "the task to succeed after rescue", id)
@@ -38,12 +43,13 @@ func TestCrashRescue(t *testing.T) {
 		if entries[0].WorkerID == entries[1].WorkerID {
 			t.Errorf("the same worker %s ran both attempts", entries[0].WorkerID)
 		}
-		// The rescue waited for the lease: the claim gave it 2s, and the
-		// victim's heartbeats could only have moved its end later. Both times
-		// are the database's. (Measured from the kill instead, a heartbeat
-		// delayed on a loaded machine let a correct rescue come "too early".)
+		// The rescue waited for the lease, extensions included. Both times are
+		// the database's.
+		if entries[1].StartedAt.Before(expires) {
+			t.Errorf("second attempt started at %s, before the victim's lease ended at %s", entries[1].StartedAt, expires)
+		}
 		if gap := entries[1].StartedAt.Sub(entries[0].StartedAt); gap < 1900*time.Millisecond {
-			t.Errorf("second attempt started %s after the first; the 2s lease was not respected", gap)
+			t.Errorf("second attempt started %s after the first; the claim's 2s lease was not respected", gap)
 		}
 	})
 }

@@ -21,10 +21,11 @@ func TestUnlistedLeaseIsNotExtended(t *testing.T) {
 		for _, body := range []string{"a", "b"} {
 			db.enqueue(t, "orphans", 1, stages.Task{Kind: "work", Body: body})
 		}
-		// The kept attempt's lease is long, so a slow machine cannot let it
-		// lapse between two extensions; the other's is short.
+		// The kept attempt's lease (3 s) outlasts a slow machine's pause
+		// between two extensions, and each extension moves it to 30 s; the
+		// other's is short.
 		var got []dialect.ClaimedTask
-		for _, lease := range []time.Duration{30 * time.Second, 600 * time.Millisecond} {
+		for _, lease := range []time.Duration{3 * time.Second, 600 * time.Millisecond} {
 			c, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 7, Lease: lease})
 			if err != nil || len(c) != 1 {
 				t.Fatalf("claim = %+v, %v", c, err)
@@ -55,6 +56,10 @@ func TestUnlistedLeaseIsNotExtended(t *testing.T) {
 			default:
 				time.Sleep(100 * time.Millisecond)
 			}
+		}
+		// The extension landed: the claim's 3 s would have ended by now or soon.
+		if left := leaseExpiry(t, db, kept.ID).Sub(schedDBNow(t, db)); left < 20*time.Second {
+			t.Errorf("the kept attempt's lease ends in %s, want about 30 s: the extension did not land", left)
 		}
 		tasks := db.tasks(t, dialect.TaskFilter{Process: "orphans"})
 		states := map[int64]string{}

@@ -137,7 +137,7 @@ func TestScheduleClusterExactlyOnce(t *testing.T) {
 		// Ticks kept coming after the kill: before the pause, the newest one is
 		// due within 2 s of the database's clock. Waited for, not read once:
 		// ten worker processes share two cores, and one may fire late.
-		waitFor(t, 30*time.Second, "a tick due within the last 2 s", func() bool {
+		waitFor(t, 10*time.Second, "a tick due within the last 2 s", func() bool {
 			now := schedDBNow(t, db)
 			for at := range schedTicks(t, db, "tick") {
 				if now.Sub(at) <= 2*time.Second {

@@ -25,19 +25,22 @@ func TestFinishSeeksLogsAfterAnEarlyAnalyze(t *testing.T) {
 	execSQL(t, d, "ANALYZE stageq.logs") // Logs holds 30 rows in one page
 
 	// counters waits until Logs' insert and update counts reach what this
-	// test wrote (so every backend that touched Logs has reported: a backend
-	// reports within a second of going idle) and gives its sequential scans.
-	counters := func(inserted, updated int64) (seq int64) {
+	// test wrote (so every backend that touched Logs has reported: an idle
+	// backend reports within seconds) and gives its sequential scans and the
+	// index entries read through logs_task.
+	counters := func(inserted, updated int64) (seq, viaIndex int64) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var ins, upd int64
 			if err := d.DB().QueryRowContext(ctx, `
-SELECT seq_scan, n_tup_ins, n_tup_upd FROM pg_stat_user_tables WHERE relid = 'stageq.logs'::regclass`).Scan(&seq, &ins, &upd); err != nil {
+SELECT t.seq_scan, t.n_tup_ins, t.n_tup_upd, i.idx_tup_read
+  FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i ON i.relid = t.relid AND i.indexrelname = 'logs_task'
+ WHERE t.relid = 'stageq.logs'::regclass`).Scan(&seq, &ins, &upd, &viaIndex); err != nil {
 				t.Fatal(err)
 			}
 			if ins == inserted && upd == updated {
-				return seq
+				return seq, viaIndex
 			}
 			if ins > inserted || upd > updated || time.Now().After(deadline) {
 				t.Fatalf("Logs counters: %d inserted, %d updated; want %d and %d", ins, upd, inserted, updated)
@@ -45,7 +48,7 @@ SELECT seq_scan, n_tup_ins, n_tup_upd FROM pg_stat_user_tables WHERE relid = 'st
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	before := counters(30, 0)
+	seqBefore, readBefore := counters(30, 0)
 
 	// One transaction, so one backend and its cached plans: the first
 	// finishes plan against the small Logs (PL/pgSQL keeps a generic plan
@@ -75,7 +78,13 @@ SELECT 1000000 + g, 0, 'older', 100, 'sql', 'SELECT 1', 'w', 1, g, 'succeeded' F
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if n := counters(20030, 30) - before; n > 0 {
+	seqAfter, readAfter := counters(20030, 30)
+	if n := seqAfter - seqBefore; n > 0 {
 		t.Errorf("30 finishes scanned Logs sequentially %d times, want none (each should seek logs_task)", n)
+	}
+	// A seek reads the one entry of its attempt; a full scan of the index
+	// (a join the planner may pick instead) would read 20,030 per finish.
+	if n := readAfter - readBefore; n > 300 {
+		t.Errorf("30 finishes read %d entries of logs_task, want about 30 (one seek each)", n)
 	}
 }
