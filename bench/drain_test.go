@@ -40,7 +40,10 @@ func TestSpreadDrain(t *testing.T) {
 				t.Errorf("rates %v", a.rates)
 			}
 			if name == "postgres" {
-				if len(a.xact) != 1 || a.xact[0] <= 0 || len(a.cpu) != 1 || a.cpu[0] <= 0 {
+				// Backend CPU is read from /proc in clock ticks (10 ms): on a fast
+				// machine 210 no-op tasks can cost less than one, so zero is a
+				// measurement; a missing figure is not.
+				if len(a.xact) != 1 || a.xact[0] <= 0 || len(a.cpu) != 1 || a.cpu[0] < 0 {
 					t.Errorf("cost per task: xact %v cpu %v (%v)", a.xact, a.cpu, a.why)
 				}
 			} else if len(a.xact)+len(a.cpu) != 0 {
