@@ -80,7 +80,7 @@ func (r Routines) Namespace() string { return RoutineNamespace(r.Version) }
 
 // placeholderRe finds RoutinePlaceholder as a qualifier: a whole word, so a
 // name that merely ends in it (my_stageq_routines.x) stays as written.
-var placeholderRe = regexp.MustCompile(`\b` + RoutinePlaceholder + `\.`)
+var placeholderRe = regexp.MustCompile(`\b` + regexp.QuoteMeta(RoutinePlaceholder+"."))
 
 // Render puts r's namespace in place of RoutinePlaceholder in text (a routine
 // source, or a dialect statement that calls a routine).
