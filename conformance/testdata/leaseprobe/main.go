@@ -3,9 +3,10 @@
 // (SIGKILL) and pause (SIGSTOP) real holders. It lives under testdata so that
 // ./... leaves it out; the tests build it by path.
 //
-//	leaseprobe loop --dsn D --name L --holder H --ttl 5s --for 20s
+//	leaseprobe loop --dsn D --name L --holder H --ttl 5s --holds 8 --for 60s
 //	    loops TryAcquire / work / Release, printing "run TOKEN START_NS END_NS"
-//	    for every time it held the lease (work is between START and END).
+//	    for every time it held the lease (work is between START and END), until
+//	    it has held it --holds times (0: no count) or --for has passed.
 //	leaseprobe hold --dsn D --name L --holder H --ttl 1s
 //	    takes the lease and keeps it with Hold, printing "acquired TOKEN"; when
 //	    its context is cancelled it prints "cancelled: CAUSE", then the answer of
@@ -35,7 +36,8 @@ func main() {
 	name := fs.String("name", "probe", "lease name")
 	holder := fs.String("holder", "", "holder identity")
 	ttl := fs.Duration("ttl", 5*time.Second, "lease ttl")
-	dur := fs.Duration("for", 20*time.Second, "loop: how long to compete")
+	dur := fs.Duration("for", 20*time.Second, "loop: how long to compete at the most")
+	holds := fs.Int("holds", 0, "loop: stop after holding the lease this many times (0: only --for stops it)")
 	_ = fs.Parse(os.Args[2:])
 
 	ctx := context.Background()
@@ -49,7 +51,7 @@ func main() {
 
 	switch os.Args[1] {
 	case "loop":
-		os.Exit(loop(ctx, lk, *name, *ttl, *dur))
+		os.Exit(loop(ctx, lk, *name, *ttl, *dur, *holds))
 	case "hold":
 		os.Exit(hold(ctx, lk, *name, *ttl))
 	}
@@ -57,9 +59,9 @@ func main() {
 	os.Exit(2)
 }
 
-func loop(ctx context.Context, lk *lease.Locker, name string, ttl, dur time.Duration) int {
+func loop(ctx context.Context, lk *lease.Locker, name string, ttl, dur time.Duration, holds int) int {
 	end := time.Now().Add(dur)
-	for time.Now().Before(end) {
+	for held := 0; time.Now().Before(end) && (holds == 0 || held < holds); {
 		l, err := lk.TryAcquire(ctx, name, ttl)
 		if errors.Is(err, lease.ErrNotAcquired) {
 			time.Sleep(time.Duration(2+rand.IntN(10)) * time.Millisecond)
@@ -85,6 +87,7 @@ func loop(ctx context.Context, lk *lease.Locker, name string, ttl, dur time.Dura
 			return 1
 		}
 		fmt.Printf("run %d %d %d\n", l.Token(), start, stop)
+		held++
 	}
 	return 0
 }
