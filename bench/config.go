@@ -40,8 +40,12 @@ type Config struct {
 	DepthSmall int
 	DepthLarge int
 	DepthOps   int
-	// IdleSettle is how long the idle worker runs before measuring (its backoff
-	// reaches the poll maximum); IdleWindow how long the measurement lasts.
+	// IdleSettle is how long the idle worker runs before measuring: its backoff
+	// reaches the poll maximum, and its first prune pass (1 to 11 s after start,
+	// then every 15 minutes) is behind it. IdleWindow is how long the
+	// measurement lasts: a minute, so that the 2 s, 5 s and 10 s loops each
+	// fall in it whole several times and the rate does not hang on where the
+	// window's edges cut them.
 	IdleSettle time.Duration
 	IdleWindow time.Duration
 	// Timeout bounds each scenario; a scenario that hits it reports what finished.
@@ -80,8 +84,8 @@ func NewConfig() Config {
 		DepthSmall:      10_000,
 		DepthLarge:      1_000_000,
 		DepthOps:        2000,
-		IdleSettle:      10 * time.Second,
-		IdleWindow:      20 * time.Second,
+		IdleSettle:      15 * time.Second,
+		IdleWindow:      60 * time.Second,
 		Timeout:         5 * time.Minute,
 		CeilingScript:   "../shared/bench/pg-ceiling.sh",
 		CeilingArgs:     []string{"10", "8", "15"},
