@@ -216,6 +216,11 @@ func collectRefs(ctx context.Context, q Querier, stmt string, mapErr func(error)
 	return refs, total, nil
 }
 
+// TaskRefCols are the columns ScanTaskRefs reads, as PostgreSQL and SQLite
+// select them from tasks t joined to processes p; the last is the count of all
+// rows matched, before LIMIT.
+const TaskRefCols = `t.id, p.name, t.execution_order, t.state, coalesce(t.worker_id, ''), t.run_at, t.attempt, count(*) OVER ()`
+
 // ScanTaskRefs reads the current result set's rows of (id, process,
 // execution_order, state, worker_id, run_at, attempt, total); the caller
 // closes rows (a batch may have more result sets).

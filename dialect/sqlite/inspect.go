@@ -9,10 +9,6 @@ import (
 
 var _ dialect.Inspector = (*SQLite)(nil)
 
-// taskRefCols are the columns dialect.ScanTaskRefs reads; the last is the count
-// of all rows matched, before LIMIT.
-const taskRefCols = `t.id, p.name, t.execution_order, t.state, coalesce(t.worker_id, ''), t.run_at, t.attempt, count(*) OVER ()`
-
 // waitStatements explain a waiting task (dialect.WaitStatements says what goes
 // in and out). Each is a seek on an index of the schema: the task's primary key,
 // stageq_tasks_stage, and the partial indexes of running tasks.
@@ -24,23 +20,23 @@ SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE t.id = ?1`,
 	Lower: `
-SELECT ` + taskRefCols + `
+SELECT ` + dialect.TaskRefCols + `
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE t.process_id = ?1 AND t.execution_order < ?2
  ORDER BY t.execution_order, CASE t.state WHEN 'failed' THEN 0 WHEN 'running' THEN 1 ELSE 2 END, t.id
  LIMIT ?3`,
 	RunningProcess: `
-SELECT ` + taskRefCols + `
+SELECT ` + dialect.TaskRefCols + `
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE t.process_id = ?1 AND t.state = 'running'
  ORDER BY t.id LIMIT ?2`,
 	RunningKey: `
-SELECT ` + taskRefCols + `
+SELECT ` + dialect.TaskRefCols + `
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE t.limit_key = ?1 AND t.state = 'running'
  ORDER BY t.id LIMIT ?2`,
 	RunningKind: `
-SELECT ` + taskRefCols + `
+SELECT ` + dialect.TaskRefCols + `
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE t.kind = ?1 AND t.state = 'running'
  ORDER BY t.id LIMIT ?2`,
