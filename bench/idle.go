@@ -68,15 +68,21 @@ func (r *runner) idle(ctx context.Context, t *target) Result {
 		}
 	}()
 
+	// wait lets d pass unless the run is cancelled or the worker exits first.
+	wait := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-exited:
+			exited <- err // for the deferred stop
+			return fmt.Errorf("worker exited: %v: %s", err, lastLine(stderr.Bytes()))
+		}
+	}
 	r.cfg.progress("%s: idle: settle %s, measure %s", t.name, cfg.IdleSettle, cfg.IdleWindow)
-	select {
-	case <-time.After(cfg.IdleSettle):
-	case <-ctx.Done():
-		res.Error = ctx.Err().Error()
-		return res
-	case err := <-exited:
-		res.Error = fmt.Sprintf("worker exited: %v: %s", err, lastLine(stderr.Bytes()))
-		exited <- err
+	if err := wait(cfg.IdleSettle); err != nil {
+		res.Error = err.Error()
 		return res
 	}
 	x0, xerr := r.xactCommit(ctx, t, db)
@@ -97,14 +103,8 @@ func (r *runner) idle(ctx context.Context, t *target) Result {
 		}
 	}
 	start := time.Now()
-	select {
-	case <-time.After(cfg.IdleWindow):
-	case <-ctx.Done():
-		res.Error = ctx.Err().Error()
-		return res
-	case err := <-exited:
-		res.Error = fmt.Sprintf("worker exited: %v: %s", err, lastLine(stderr.Bytes()))
-		exited <- err
+	if err := wait(cfg.IdleWindow); err != nil {
+		res.Error = err.Error()
 		return res
 	}
 	window := time.Since(start)
