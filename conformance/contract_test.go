@@ -194,7 +194,8 @@ func contractProcessRetry(t *testing.T, db *testDB) {
 }
 
 // LimitSet refuses what a limit cannot be (ErrInvalid); a process's limit
-// needs the process (ErrNotFound); LimitGet reads back what was set.
+// needs the process (ErrNotFound); LimitGet reads back what was set, and
+// ErrNotFound for a key that has no limit.
 func contractLimitSet(t *testing.T, db *testDB) {
 	ctx := context.Background()
 	op := limOperator(t, db)
@@ -212,8 +213,13 @@ func contractLimitSet(t *testing.T, db *testDB) {
 	if err := op.LimitSet(ctx, "c-lim", 3); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := op.LimitGet(ctx, "c-lim"); err != nil || l.Max != 3 {
-		t.Fatalf("LimitGet = %+v, %v; want max 3", l, err)
+	if l, err := op.LimitGet(ctx, "c-lim"); err != nil || l.Key != "c-lim" || l.Max != 3 {
+		t.Fatalf("LimitGet = %+v, %v; want c-lim, max 3", l, err)
+	}
+	for _, none := range []string{"c-none", "process:c-nobody", "kind:c-none"} {
+		if l, err := op.LimitGet(ctx, none); !errors.Is(err, dialect.ErrNotFound) {
+			t.Errorf("LimitGet(%q) = %+v, %v; want ErrNotFound", none, l, err)
+		}
 	}
 }
 

@@ -239,6 +239,20 @@ type LimitInfo struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
+// LimitByKey is LimitGet for every dialect: the first of what list finds under
+// key (a dialect's listing filtered to one key, "" meaning all), ErrNotFound
+// when it finds none.
+func LimitByKey(ctx context.Context, key string, list func(ctx context.Context, key string) ([]LimitInfo, error)) (LimitInfo, error) {
+	ls, err := list(ctx, key)
+	if err != nil {
+		return LimitInfo{}, err
+	}
+	if len(ls) == 0 {
+		return LimitInfo{}, fmt.Errorf("limit %q: %w", key, ErrNotFound)
+	}
+	return ls[0], nil
+}
+
 // AllowRetry admits a retry only of a task that failed for good.
 func AllowRetry(state, worker string) error {
 	if state == StateFailed {

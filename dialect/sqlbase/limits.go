@@ -40,14 +40,7 @@ func (b *Base) LimitSet(ctx context.Context, key string, max int) error {
 
 // LimitGet implements dialect.Operator.
 func (b *Base) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
-	ls, err := b.limitList(ctx, key)
-	if err != nil {
-		return dialect.LimitInfo{}, err
-	}
-	if len(ls) == 0 {
-		return dialect.LimitInfo{}, fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
-	}
-	return ls[0], nil
+	return dialect.LimitByKey(ctx, key, b.limitList)
 }
 
 // LimitList implements dialect.Operator.

@@ -71,14 +71,7 @@ OPTION (RECOMPILE);`
 
 // LimitGet implements dialect.Operator.
 func (d *SQLServer) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
-	ls, err := d.limitList(ctx, key)
-	if err != nil {
-		return dialect.LimitInfo{}, err
-	}
-	if len(ls) == 0 {
-		return dialect.LimitInfo{}, fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
-	}
-	return ls[0], nil
+	return dialect.LimitByKey(ctx, key, d.limitList)
 }
 
 // LimitList implements dialect.Operator.
