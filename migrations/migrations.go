@@ -223,10 +223,22 @@ func Check(ctx context.Context, t Target) error {
 			return err
 		}
 	}
-	if s.Routines != nil {
-		if err := routines.Check(ctx, t.DB(), *s.Routines); err != nil {
-			return mismatch(err)
-		}
+	return CheckRoutines(ctx, t)
+}
+
+// CheckRoutines is the routine half of Check: whether the database holds the
+// binary's routine version, read under the lock a prune holds. A worker calls
+// it again once it has registered (queue.Worker.Run), when a prune counts it.
+func CheckRoutines(ctx context.Context, t Target) error {
+	s, err := schemaOf(t)
+	if err != nil {
+		return err
+	}
+	if s.Routines == nil {
+		return nil
+	}
+	if err := routines.Check(ctx, t.DB(), *s.Routines); err != nil {
+		return mismatch(err)
 	}
 	return nil
 }

@@ -24,8 +24,9 @@ type Config struct {
 
 // Client enqueues tasks. It is safe for concurrent use.
 type Client struct {
-	d   dialect.Dialect
-	log zerolog.Logger
+	d       dialect.Dialect
+	log     zerolog.Logger
+	migrate bool // Config.Migrate: a worker may install its routines again (routinesRegistered)
 }
 
 // Result names what a submission created.
@@ -52,7 +53,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Client, error) {
 
 // New wraps an open dialect, checking or migrating its schema like Open.
 func New(ctx context.Context, d dialect.Dialect, cfg Config) (*Client, error) {
-	c := &Client{d: d, log: cfg.Logger}
+	c := &Client{d: d, log: cfg.Logger, migrate: cfg.Migrate}
 	if cfg.Migrate {
 		if _, err := c.Migrate(ctx); err != nil {
 			return nil, err
@@ -73,6 +74,25 @@ func (c *Client) Migrate(ctx context.Context) (uint, error) {
 	}
 	c.log.Debug().Uint("version", v).Str("dialect", c.d.Name()).Msg("schema is current")
 	return v, nil
+}
+
+// routinesRegistered checks the binary's routine version again once a worker
+// of this client is registered. A prune (`queuectl migrate prune-routines`)
+// drops the versions no registered worker calls, so one that ran between
+// Open's check and the registration has dropped this worker's: that is found
+// here, before the first claim, and a client opened with Migrate installs the
+// version again. From the registration on, every prune counts the worker and
+// keeps its version.
+func (c *Client) routinesRegistered(ctx context.Context) error {
+	err := migrations.CheckRoutines(ctx, c.d)
+	if err == nil || !c.migrate || !errors.Is(err, migrations.ErrSchemaMismatch) {
+		return err
+	}
+	c.log.Warn().Err(err).Msg("routines pruned while the worker started; installing them again")
+	if _, err := c.Migrate(ctx); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Dialect is the database behind the client, for the operator commands.

@@ -138,6 +138,7 @@ func (c *WorkerConfig) setDefaults() error {
 // Worker claims and runs tasks. Create it with NewWorker, register handlers with
 // Handle, then call Run.
 type Worker struct {
+	c        *Client
 	d        dialect.Dialect
 	cfg      WorkerConfig
 	log      zerolog.Logger
@@ -181,6 +182,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
+		c:        c,
 		d:        c.d,
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("worker", cfg.ID).Logger(),
@@ -252,6 +254,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	err := w.stmtErr(rctx, ctx, "register", w.d.WorkerRegister(rctx, info))
 	cancel()
 	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := w.c.routinesRegistered(ctx); err != nil {
+		stopCtx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
+		w.d.WorkerStop(stopCtx, w.cfg.ID) // it never claimed: nothing else to hand back
+		cancel()
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")

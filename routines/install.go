@@ -51,7 +51,7 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 	// start): look first under the shared lock, which workers starting
 	// together hold at once, and which waits for a prune in progress (a prune
 	// of this version then finds it gone, and it is installed again below).
-	if found, err := installedShared(ctx, db, r, sum); found || err != nil {
+	if found, err := lookupShared(ctx, db, r, sum); found || err != nil {
 		return err
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -86,15 +86,17 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 	return nil
 }
 
-// installedShared is lookup under the shared lock (RoutineSQL.LockShared).
-func installedShared(ctx context.Context, db *sql.DB, r dialect.Routines, sum string) (bool, error) {
+// lookupShared is lookup under the shared lock (RoutineSQL.LockShared): a
+// prune or an install in progress is waited for, so what it reads stays true
+// for whoever the prune counts as a caller of r's version.
+func lookupShared(ctx context.Context, db *sql.DB, r dialect.Routines, sum string) (bool, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("install routines %d: %w", r.Version, err)
+		return false, fmt.Errorf("routines %d: %w", r.Version, err)
 	}
 	defer tx.Rollback() // it only read
 	if _, err := tx.ExecContext(ctx, r.SQL.LockShared); err != nil {
-		return false, fmt.Errorf("install routines %d: shared lock: %w", r.Version, err)
+		return false, fmt.Errorf("routines %d: shared lock: %w", r.Version, err)
 	}
 	found, _, err := lookup(ctx, tx, r, sum)
 	return found, err
@@ -155,13 +157,16 @@ func installFiles(ctx context.Context, tx *sql.Tx, r dialect.Routines, public bo
 	return nil
 }
 
-// Check says whether the database holds r's version with r's sources.
+// Check says whether the database holds r's version with r's sources. It
+// reads under the shared lock, so it waits for a prune in progress: a worker
+// that checks after it has registered (queue.Worker.Run) either finds its
+// version gone or has it kept, since every later prune counts it as a caller.
 func Check(ctx context.Context, db *sql.DB, r dialect.Routines) error {
 	sum, err := r.Checksum()
 	if err != nil {
 		return err
 	}
-	if found, _, err := lookup(ctx, db, r, sum); found || err != nil {
+	if found, err := lookupShared(ctx, db, r, sum); found || err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: this binary calls routines version %d (schema %s), which the database lacks: run `queuectl migrate up` or `worker --migrate`",

@@ -1,0 +1,153 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/migrations"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/routines"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestPruneBetweenCheckAndRegister forces the interleaving of a worker's start
+// with `queuectl migrate prune-routines`: the worker's client has checked its
+// routine version (release N, this binary), then, before the worker registers,
+// a prune that counts no release-N worker drops that version (release N+1 is
+// installed, so N is not the newest). The worker must see it at start, after
+// registering: without Migrate it stops there with ErrSchemaMismatch, claims
+// nothing and leaves its row stopped; with Migrate it installs N again and
+// runs. Registered, it is counted, and a prune keeps its version.
+func TestPruneBetweenCheckAndRegister(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.D.Schema().Routines == nil {
+			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
+		}
+		ctx := context.Background()
+		next := openRelease(t, db, nextRelease(t, db, 0))
+		rNext := *next.D.Schema().Routines
+		rN := *db.D.Schema().Routines
+		prune := func() []int {
+			t.Helper()
+			dropped, err := routines.Prune(ctx, next.D.DB(), rNext, time.Minute)
+			if err != nil {
+				t.Fatalf("prune: %v", err)
+			}
+			return dropped
+		}
+		one := 1
+		next.submit(t, stages.Plan{Process: "pruned", Stages: []stages.Stage{{Order: &one,
+			Tasks: []stages.Task{{Kind: "wait", Body: "1ms"}}}}})
+
+		// Without Migrate: checked, pruned, then started.
+		plain, err := queue.Open(ctx, db.DSN, queue.Config{})
+		if err != nil {
+			t.Fatalf("release N's client before the prune: %v", err)
+		}
+		defer plain.Close()
+		if got := prune(); len(got) != 1 || got[0] != rN.Version {
+			t.Fatalf("prune dropped %v; want release N's version %d", got, rN.Version)
+		}
+		cfg := fastConfig()
+		cfg.ID = "pruned-plain"
+		w, err := queue.NewWorker(plain, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Handle("wait", waitBody); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = w.Run(runCtx)
+		timedOut := runCtx.Err() != nil
+		cancel()
+		if !errors.Is(err, migrations.ErrSchemaMismatch) || !errors.Is(err, routines.ErrNotInstalled) {
+			t.Fatalf("a worker whose routines were pruned before it registered: Run = %v; want ErrSchemaMismatch (not installed)", err)
+		}
+		if timedOut {
+			t.Fatalf("Run ended by the test's timeout, not at start: %v", err)
+		}
+		if n := len(db.logs(t, dialect.LogFilter{Process: "pruned"})); n != 0 {
+			t.Errorf("the worker without its routines made %d attempts; want none", n)
+		}
+		workers, err := limOperator(t, db).WorkerList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ws := range workers {
+			if ws.ID == "pruned-plain" && ws.StoppedAt == nil {
+				t.Errorf("the worker that stopped at start is not marked stopped: %+v", ws)
+			}
+		}
+
+		// With Migrate: the client opened (and found N) before a prune, so the
+		// worker puts N back once registered, and runs.
+		if err := routines.Install(ctx, db.D.DB(), rN); err != nil {
+			t.Fatal(err)
+		}
+		healing, err := queue.Open(ctx, db.DSN, queue.Config{Migrate: true})
+		if err != nil {
+			t.Fatalf("release N's client with Migrate: %v", err)
+		}
+		defer healing.Close()
+		if got := prune(); len(got) != 1 || got[0] != rN.Version {
+			t.Fatalf("second prune dropped %v; want release N's version %d", got, rN.Version)
+		}
+		cfg.ID = "pruned-migrate"
+		hw, err := queue.NewWorker(healing, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hw.Handle("wait", waitBody); err != nil {
+			t.Fatal(err)
+		}
+		hctx, hcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- hw.Run(hctx) }()
+		defer func() { hcancel(); <-done }()
+		waitFor(t, 30*time.Second, "the Migrate worker to run the task", func() bool {
+			select {
+			case err := <-done:
+				t.Fatalf("the Migrate worker stopped: %v", err)
+			default:
+			}
+			return countOutcome(db.logs(t, dialect.LogFilter{Process: "pruned"}), dialect.OutcomeSucceeded) == 1
+		})
+		if err := routines.Check(ctx, db.D.DB(), rN); err != nil {
+			t.Errorf("release N's routines after the Migrate worker started: %v", err)
+		}
+		// Registered and heartbeating, the worker is counted: N stays.
+		if got := prune(); len(got) != 0 {
+			t.Errorf("a prune with a live release-N worker dropped %v; want nothing", got)
+		}
+	})
+}
+
+// TestRoutinesCheckWaitsForPrune: the check a worker makes after registering
+// reads under the lock a prune (or an install) holds, so it cannot read a
+// version that a prune in progress is about to drop.
+func TestRoutinesCheckWaitsForPrune(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		r := db.D.Schema().Routines
+		if r == nil {
+			return // SQLite keeps no routines
+		}
+		hold := holdRoutinesLock(t, db, r.SQL.Lock)
+		done := make(chan error, 1)
+		go func() { done <- routines.Check(context.Background(), db.D.DB(), *r) }()
+		select {
+		case err := <-done:
+			t.Fatalf("check went past a held prune lock: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := hold.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("check once the lock was let go: %v", err)
+		}
+	})
+}
