@@ -194,8 +194,8 @@ func contractProcessRetry(t *testing.T, db *testDB) {
 }
 
 // LimitSet refuses what a limit cannot be (ErrInvalid); a process's limit
-// needs the process (ErrNotFound); LimitGet reads back what was set, and
-// ErrNotFound for a key that has no limit.
+// needs the process (ErrNotFound); LimitGet reads back what was set,
+// ErrNotFound for a key that has no limit and ErrInvalid for the empty key.
 func contractLimitSet(t *testing.T, db *testDB) {
 	ctx := context.Background()
 	op := limOperator(t, db)
@@ -215,6 +215,9 @@ func contractLimitSet(t *testing.T, db *testDB) {
 	}
 	if l, err := op.LimitGet(ctx, "c-lim"); err != nil || l.Key != "c-lim" || l.Max != 3 {
 		t.Fatalf("LimitGet = %+v, %v; want c-lim, max 3", l, err)
+	}
+	if l, err := op.LimitGet(ctx, ""); !errors.Is(err, dialect.ErrInvalid) {
+		t.Errorf("LimitGet(\"\") = %+v, %v; want ErrInvalid (not the first of all limits)", l, err)
 	}
 	for _, none := range []string{"c-none", "process:c-nobody", "kind:c-none"} {
 		if l, err := op.LimitGet(ctx, none); !errors.Is(err, dialect.ErrNotFound) {

@@ -77,10 +77,17 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		found := false
 		for _, ws := range workers {
-			if ws.ID == "pruned-plain" && ws.StoppedAt == nil {
-				t.Errorf("the worker that stopped at start is not marked stopped: %+v", ws)
+			if ws.ID == "pruned-plain" {
+				found = true
+				if ws.StoppedAt == nil {
+					t.Errorf("the worker that stopped at start is not marked stopped: %+v", ws)
+				}
 			}
+		}
+		if !found {
+			t.Errorf("the worker that stopped at start left no row (it registers before it checks): %+v", workers)
 		}
 
 		// With Migrate: the client opened (and found N) before a prune, so the
@@ -111,6 +118,7 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 		waitFor(t, 30*time.Second, "the Migrate worker to run the task", func() bool {
 			select {
 			case err := <-done:
+				done <- err // for the deferred wait
 				t.Fatalf("the Migrate worker stopped: %v", err)
 			default:
 			}
@@ -128,26 +136,45 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 
 // TestRoutinesCheckWaitsForPrune: the check a worker makes after registering
 // reads under the lock a prune (or an install) holds, so it cannot read a
-// version that a prune in progress is about to drop.
+// version that a prune in progress is about to drop. First the lock is held
+// and let go with nothing done; then a prune in progress, which counted no
+// worker, drops this binary's version under it and commits while the check
+// waits: the check must report the version gone, not what it saw before.
 func TestRoutinesCheckWaitsForPrune(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		r := db.D.Schema().Routines
 		if r == nil {
 			return // SQLite keeps no routines
 		}
-		hold := holdRoutinesLock(t, db, r.SQL.Lock)
-		done := make(chan error, 1)
-		go func() { done <- routines.Check(context.Background(), db.D.DB(), *r) }()
-		select {
-		case err := <-done:
-			t.Fatalf("check went past a held prune lock: %v", err)
-		case <-time.After(300 * time.Millisecond):
+		ctx := context.Background()
+		check := func(what string, end func() error) error {
+			t.Helper()
+			done := make(chan error, 1)
+			go func() { done <- routines.Check(ctx, db.D.DB(), *r) }()
+			select {
+			case err := <-done:
+				t.Fatalf("check went past %s: %v", what, err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := end(); err != nil {
+				t.Fatal(err)
+			}
+			return <-done
 		}
-		if err := hold.Rollback(); err != nil {
+		hold := holdRoutinesLock(t, db, r.SQL.Lock)
+		if err := check("a held prune lock", hold.Rollback); err != nil {
+			t.Errorf("check once the lock was let go: %v", err)
+		}
+
+		prune := holdRoutinesLock(t, db, r.SQL.Lock)
+		if err := r.SQL.DropNamespace(ctx, prune, r.Namespace()); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-done; err != nil {
-			t.Errorf("check once the lock was let go: %v", err)
+		if _, err := prune.ExecContext(ctx, r.SQL.Forget, r.SQL.Arg("pVersion", r.Version)); err != nil {
+			t.Fatal(err)
+		}
+		if err := check("a prune in progress", prune.Commit); !errors.Is(err, routines.ErrNotInstalled) {
+			t.Errorf("check that waited for a prune of its version: %v; want ErrNotInstalled", err)
 		}
 	})
 }

@@ -241,8 +241,11 @@ type LimitInfo struct {
 
 // LimitByKey is LimitGet for every dialect: the first of what list finds under
 // key (a dialect's listing filtered to one key, "" meaning all), ErrNotFound
-// when it finds none.
+// when it finds none; the empty key, which names no limit, is ErrInvalid.
 func LimitByKey(ctx context.Context, key string, list func(ctx context.Context, key string) ([]LimitInfo, error)) (LimitInfo, error) {
+	if key == "" {
+		return LimitInfo{}, fmt.Errorf("limit: %w: the key is empty", ErrInvalid)
+	}
 	ls, err := list(ctx, key)
 	if err != nil {
 		return LimitInfo{}, err

@@ -26,7 +26,7 @@ type Config struct {
 type Client struct {
 	d       dialect.Dialect
 	log     zerolog.Logger
-	migrate bool // Config.Migrate: a worker may install its routines again (routinesRegistered)
+	migrate bool // Config.Migrate: a worker may install its routines again (register.go)
 }
 
 // Result names what a submission created.
@@ -74,25 +74,6 @@ func (c *Client) Migrate(ctx context.Context) (uint, error) {
 	}
 	c.log.Debug().Uint("version", v).Str("dialect", c.d.Name()).Msg("schema is current")
 	return v, nil
-}
-
-// routinesRegistered checks the binary's routine version again once a worker
-// of this client is registered. A prune (`queuectl migrate prune-routines`)
-// drops the versions no registered worker calls, so one that ran between
-// Open's check and the registration has dropped this worker's: that is found
-// here, before the first claim, and a client opened with Migrate installs the
-// version again. From the registration on, every prune counts the worker and
-// keeps its version.
-func (c *Client) routinesRegistered(ctx context.Context) error {
-	err := migrations.CheckRoutines(ctx, c.d)
-	if err == nil || !c.migrate || !errors.Is(err, migrations.ErrSchemaMismatch) {
-		return err
-	}
-	c.log.Warn().Err(err).Msg("routines pruned while the worker started; installing them again")
-	if _, err := c.Migrate(ctx); err != nil {
-		return err
-	}
-	return nil
 }
 
 // Dialect is the database behind the client, for the operator commands.

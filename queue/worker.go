@@ -250,16 +250,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.kinds = w.Kinds()
 	info := dialect.WorkerInfo{ID: w.cfg.ID, Hostname: host, PID: os.Getpid(), Concurrency: w.cfg.Concurrency,
 		Version: w.cfg.Version, Kinds: w.kinds}
-	rctx, cancel := w.stmtCtx(ctx)
-	err := w.stmtErr(rctx, ctx, "register", w.d.WorkerRegister(rctx, info))
-	cancel()
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if err := w.c.routinesRegistered(ctx); err != nil {
-		stopCtx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
-		w.d.WorkerStop(stopCtx, w.cfg.ID) // it never claimed: nothing else to hand back
-		cancel()
+	if err := w.register(ctx, info); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")
@@ -308,7 +302,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Prefetched tasks that never started are handed back as soon as ctx
 	// ends, not after the grace period: other workers can run them now.
 	unwatch := context.AfterFunc(ctx, w.stopBuffer)
-	err = w.claimLoop(ctx)
+	err := w.claimLoop(ctx)
 
 	unwatch()
 	w.stopBuffer() // also when the claim loop ended without ctx (ExitWhenIdle)

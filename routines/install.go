@@ -54,7 +54,7 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 	if found, err := lookupShared(ctx, db, r, sum); found || err != nil {
 		return err
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return fmt.Errorf("install routines %d: %w", r.Version, err)
 	}
@@ -86,11 +86,18 @@ func Install(ctx context.Context, db *sql.DB, r dialect.Routines) (err error) {
 	return nil
 }
 
+// readCommitted is the isolation of every transaction here, whatever the
+// database's default: each statement must read what committed before it ran,
+// so a read that waited for the routines lock sees what its holder did. Under
+// REPEATABLE READ the snapshot would be taken by the lock statement itself,
+// before the lock was granted.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
 // lookupShared is lookup under the shared lock (RoutineSQL.LockShared): a
 // prune or an install in progress is waited for, so what it reads stays true
 // for whoever the prune counts as a caller of r's version.
 func lookupShared(ctx context.Context, db *sql.DB, r dialect.Routines, sum string) (bool, error) {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return false, fmt.Errorf("routines %d: %w", r.Version, err)
 	}
@@ -160,7 +167,8 @@ func installFiles(ctx context.Context, tx *sql.Tx, r dialect.Routines, public bo
 // Check says whether the database holds r's version with r's sources. It
 // reads under the shared lock, so it waits for a prune in progress: a worker
 // that checks after it has registered (queue.Worker.Run) either finds its
-// version gone or has it kept, since every later prune counts it as a caller.
+// version gone or has it kept by every later prune that counts it as a live
+// caller (a heartbeat within the prune's live window).
 func Check(ctx context.Context, db *sql.DB, r dialect.Routines) error {
 	sum, err := r.Checksum()
 	if err != nil {
@@ -250,7 +258,7 @@ func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.
 	if err := checkLive(liveWithin); err != nil {
 		return nil, fmt.Errorf("prune routines: %w", err)
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, fmt.Errorf("prune routines: %w", err)
 	}
