@@ -48,18 +48,24 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 			t.Fatalf("release N's client before the prune: %v", err)
 		}
 		defer plain.Close()
+		// A release-N worker of client c, named id, that runs the "wait" task.
+		newWorker := func(c *queue.Client, id string) *queue.Worker {
+			t.Helper()
+			cfg := fastConfig()
+			cfg.ID = id
+			w, err := queue.NewWorker(c, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Handle("wait", waitBody); err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
 		if got := prune(); len(got) != 1 || got[0] != rN.Version {
 			t.Fatalf("prune dropped %v; want release N's version %d", got, rN.Version)
 		}
-		cfg := fastConfig()
-		cfg.ID = "pruned-plain"
-		w, err := queue.NewWorker(plain, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Handle("wait", waitBody); err != nil {
-			t.Fatal(err)
-		}
+		w := newWorker(plain, "pruned-plain")
 		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = w.Run(runCtx)
 		timedOut := runCtx.Err() != nil
@@ -103,14 +109,7 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 		if got := prune(); len(got) != 1 || got[0] != rN.Version {
 			t.Fatalf("second prune dropped %v; want release N's version %d", got, rN.Version)
 		}
-		cfg.ID = "pruned-migrate"
-		hw, err := queue.NewWorker(healing, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hw.Handle("wait", waitBody); err != nil {
-			t.Fatal(err)
-		}
+		hw := newWorker(healing, "pruned-migrate")
 		hctx, hcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- hw.Run(hctx) }()
