@@ -228,7 +228,7 @@ func Check(ctx context.Context, t Target) error {
 
 // CheckRoutines is the routine half of Check: whether the database holds the
 // binary's routine version, read under the lock a prune holds. A worker calls
-// it again once it has registered (queue.Worker.Run), from when on a prune
+// it again once it has registered (queue/register.go), from when on a prune
 // counts it while it heartbeats.
 func CheckRoutines(ctx context.Context, t Target) error {
 	s, err := schemaOf(t)

@@ -166,7 +166,7 @@ func installFiles(ctx context.Context, tx *sql.Tx, r dialect.Routines, public bo
 
 // Check says whether the database holds r's version with r's sources. It
 // reads under the shared lock, so it waits for a prune in progress: a worker
-// that checks after it has registered (queue.Worker.Run) either finds its
+// that checks after it has registered (queue/register.go) either finds its
 // version gone or has it kept by every later prune that counts it as a live
 // caller (a heartbeat within the prune's live window).
 func Check(ctx context.Context, db *sql.DB, r dialect.Routines) error {
