@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,24 +49,10 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 			t.Fatalf("release N's client before the prune: %v", err)
 		}
 		defer plain.Close()
-		// A release-N worker of client c, named id, that runs the "wait" task.
-		newWorker := func(c *queue.Client, id string) *queue.Worker {
-			t.Helper()
-			cfg := fastConfig()
-			cfg.ID = id
-			w, err := queue.NewWorker(c, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Handle("wait", waitBody); err != nil {
-				t.Fatal(err)
-			}
-			return w
-		}
 		if got := prune(); len(got) != 1 || got[0] != rN.Version {
 			t.Fatalf("prune dropped %v; want release N's version %d", got, rN.Version)
 		}
-		w := newWorker(plain, "pruned-plain")
+		w := waitWorker(t, plain, "pruned-plain")
 		runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = w.Run(runCtx)
 		timedOut := runCtx.Err() != nil
@@ -109,7 +96,7 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 		if got := prune(); len(got) != 1 || got[0] != rN.Version {
 			t.Fatalf("second prune dropped %v; want release N's version %d", got, rN.Version)
 		}
-		hw := newWorker(healing, "pruned-migrate")
+		hw := waitWorker(t, healing, "pruned-migrate")
 		hctx, hcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- hw.Run(hctx) }()
@@ -174,6 +161,128 @@ func TestRoutinesCheckWaitsForPrune(t *testing.T) {
 		}
 		if err := check("a prune in progress", prune.Commit); !errors.Is(err, routines.ErrNotInstalled) {
 			t.Errorf("check that waited for a prune of its version: %v; want ErrNotInstalled", err)
+		}
+	})
+}
+
+// waitWorker is a worker of client c, named id, that runs the "wait" tasks.
+func waitWorker(t *testing.T, c *queue.Client, id string) *queue.Worker {
+	t.Helper()
+	cfg := fastConfig()
+	cfg.ID = id
+	w, err := queue.NewWorker(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle("wait", waitBody); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestRoutinesPrunedWhileRunning: a prune whose live window is shorter than
+// the gap between a running worker's heartbeats counts the worker dead and
+// drops the routine version it calls (release N, this binary's; N+1 is
+// installed, so N is not the newest). The worker's next claim fails. Without
+// Migrate it must find out why and stop with ErrSchemaMismatch (not
+// installed), its row marked stopped, instead of failing claims until someone
+// looks; with Migrate it installs N again and goes on running tasks.
+func TestRoutinesPrunedWhileRunning(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.D.Schema().Routines == nil {
+			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
+		}
+		ctx := context.Background()
+		next := openRelease(t, db, nextRelease(t, db, 0))
+		rNext := *next.D.Schema().Routines
+		rN := *db.D.Schema().Routines
+		one := 1
+		submit := func(process string) {
+			t.Helper()
+			next.submit(t, stages.Plan{Process: process, Stages: []stages.Stage{{Order: &one,
+				Tasks: []stages.Task{{Kind: "wait", Body: "1ms"}}}}})
+		}
+		succeeded := func(process string) int {
+			return countOutcome(db.logs(t, dialect.LogFilter{Process: process}), dialect.OutcomeSucceeded)
+		}
+		for _, migrate := range []bool{false, true} {
+			id := fmt.Sprintf("pruned-while-running-migrate-%t", migrate)
+			c, err := queue.Open(ctx, db.DSN, queue.Config{Migrate: migrate})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w := waitWorker(t, c, id)
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- w.Run(runCtx) }()
+			stopped := func() (error, bool) {
+				select {
+				case err := <-done:
+					done <- err
+					return err, true
+				default:
+					return nil, false
+				}
+			}
+			submit(id + "-before")
+			waitFor(t, 30*time.Second, "the worker to run a task before the prune", func() bool {
+				if err, ok := stopped(); ok {
+					t.Fatalf("the worker stopped before the prune: %v", err)
+				}
+				return succeeded(id+"-before") == 1
+			})
+			// The prune is retried until its 1 ms window misses a heartbeat.
+			waitFor(t, 30*time.Second, "a prune that counts the running worker dead", func() bool {
+				dropped, err := routines.Prune(ctx, next.D.DB(), rNext, time.Millisecond)
+				if err != nil {
+					t.Fatalf("prune: %v", err)
+				}
+				return len(dropped) == 1 && dropped[0] == rN.Version
+			})
+			submit(id + "-after")
+			if !migrate {
+				var err error
+				waitFor(t, 30*time.Second, "the worker to stop", func() bool {
+					var ok bool
+					err, ok = stopped()
+					return ok
+				})
+				cancel()
+				if !errors.Is(err, migrations.ErrSchemaMismatch) || !errors.Is(err, routines.ErrNotInstalled) {
+					t.Fatalf("a worker whose routines were pruned while it ran: Run = %v; want ErrSchemaMismatch (not installed)", err)
+				}
+				if n := len(db.logs(t, dialect.LogFilter{Process: id + "-after"})); n != 0 {
+					t.Errorf("the worker without its routines made %d attempts; want none", n)
+				}
+				workers, err := limOperator(t, db).WorkerList(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ws := range workers {
+					if ws.ID == id && ws.StoppedAt == nil {
+						t.Errorf("the worker that stopped is not marked stopped: %+v", ws)
+					}
+				}
+				// The next leg starts from release N installed again.
+				if err := routines.Install(ctx, db.D.DB(), rN); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			waitFor(t, 30*time.Second, "the Migrate worker to run the task submitted after the prune", func() bool {
+				if err, ok := stopped(); ok {
+					t.Fatalf("the Migrate worker stopped: %v", err)
+				}
+				return succeeded(id+"-after") == 1
+			})
+			if err := routines.Check(ctx, db.D.DB(), rN); err != nil {
+				t.Errorf("release N's routines after the Migrate worker went on: %v", err)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("the Migrate worker's Run = %v; want nil after its stop", err)
+			}
 		}
 	})
 }

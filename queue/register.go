@@ -38,9 +38,9 @@ func (w *Worker) register(ctx context.Context, info dialect.WorkerInfo) error {
 	return nil
 }
 
-// routinesKept is the check after registering, with the install again that
-// Migrate allows when the version is gone (not when it is there from other
-// sources: installing cannot cure that).
+// routinesKept is the check after registering (and after a failed claim),
+// with the install again that Migrate allows when the version is gone (not
+// when it is there from other sources: installing cannot cure that).
 func (w *Worker) routinesKept(ctx context.Context) error {
 	cctx, cancel := w.stmtCtx(ctx)
 	err := w.stmtErr(cctx, ctx, "check routines", migrations.CheckRoutines(cctx, w.d))
@@ -48,9 +48,38 @@ func (w *Worker) routinesKept(ctx context.Context) error {
 	if err == nil || !w.c.migrate || !errors.Is(err, routines.ErrNotInstalled) {
 		return err
 	}
-	w.log.Warn().Err(err).Msg("routines pruned while the worker started; installing them again")
+	w.log.Warn().Err(err).Msg("routines pruned; installing them again")
 	if _, err := w.c.Migrate(ctx); err != nil {
 		return fmt.Errorf("install routines again after a prune: %w", err)
 	}
 	return nil
+}
+
+// routinesGoneAfter decides, after a failed claim, whether the worker's
+// routine version is gone from the database: a prune judged the worker dead
+// (its heartbeats lapsed past the prune's live window) and dropped it. Then
+// no claim can succeed again, and the error it returns ends the worker
+// instead of a loop of failing claims, unless its client was opened with
+// Migrate, which installs the version again. The check reads the registry
+// of installed versions, which a prune keeps true; a namespace dropped by
+// hand behind its back is not seen. A lost connection or a timeout says
+// nothing about the routines and is not checked: in an outage the check
+// would only add a statement to every failed claim. SQLite keeps no
+// routines, so there the check sends nothing.
+func (w *Worker) routinesGoneAfter(ctx context.Context, claimErr error) error {
+	if dialect.ConnLost(claimErr) || errors.Is(claimErr, context.DeadlineExceeded) || errors.Is(claimErr, context.Canceled) {
+		return nil
+	}
+	err := w.routinesKept(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, migrations.ErrSchemaMismatch):
+		return fmt.Errorf("worker: routines gone while running: %w", err)
+	default:
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("could not check the routines after a failed claim")
+		}
+		return nil
+	}
 }

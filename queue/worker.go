@@ -366,6 +366,10 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			}
 			if err != nil {
 				w.log.Error().Err(err).Msg("claim failed; backing off")
+				if gone := w.routinesGoneAfter(ctx, err); gone != nil {
+					w.handBackClaimed(got)
+					return gone
+				}
 			}
 			for _, t := range got {
 				w.admit(attempt{ClaimedTask: t, claimSent: sent})
