@@ -67,7 +67,13 @@ func Execute(ctx context.Context, cmd *cobra.Command, args []string, stdout, std
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", cmd.Name(), err)
+	// The library's errors may already name the command (a Worker's start with
+	// "worker: "): one prefix is enough.
+	msg := err.Error()
+	if !strings.HasPrefix(msg, cmd.Name()+": ") {
+		msg = cmd.Name() + ": " + msg
+	}
+	fmt.Fprintln(stderr, msg)
 	var ue UsageError
 	var ec exitCodeError
 	switch {
