@@ -61,7 +61,9 @@ func listen(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+	// One round trip: the listener's session is set up like the pools' (an
+	// idle-session timeout would end it between notifications).
+	if _, err := conn.Exec(ctx, "LISTEN "+channel+";\n"+sessionSetupSQL); err != nil {
 		conn.Close(ctx)
 		return nil, err
 	}

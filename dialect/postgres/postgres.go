@@ -60,27 +60,34 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := openPool(cfg)
+	db := openPool(cfg, sessionSetupSQL)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	p := &Postgres{db: db, bodies: openPool(cfg, stdlib.OptionAfterConnect(watchClient)), dsn: dsn,
+	p := &Postgres{db: db, bodies: openPool(cfg, bodySetupSQL), dsn: dsn,
 		calls: newCalls(Routines()), migrations: schema.Files}
 	p.Base = p.base()
 	return p, nil
 }
 
-// openPool opens a connection pool on cfg; connections are made on first use.
-func openPool(cfg *pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
+// openPool opens a connection pool on cfg; connections are made on first use,
+// and each runs setup (one of the session statements below) once, as it
+// connects.
+func openPool(cfg *pgx.ConnConfig, setup string) *sql.DB {
 	// pgx pings a connection idle for over a second before reusing it; an idle
 	// worker's statements are seconds apart, so that doubled its load on the
 	// server. A broken connection still surfaces as an error the worker retries.
-	opts = append(opts, stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
+	ping := stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
 		return p.IdleDuration > 30*time.Second
+	})
+	db := stdlib.OpenDB(*cfg, ping, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, setup); err != nil {
+			return fmt.Errorf("set up the session: %w", err)
+		}
+		return nil
 	}))
-	db := stdlib.OpenDB(*cfg, opts...)
 	// Keep connections for every concurrent task body (database/sql keeps 2 by
 	// default and would reconnect for each task beyond them); idle ones close
 	// after a while, so a quiet worker holds few.
@@ -89,21 +96,26 @@ func openPool(cfg *pgx.ConnConfig, opts ...stdlib.OptionOpenDB) *sql.DB {
 	return db
 }
 
-// watchClientSQL makes a body's session check every second, while a body
-// runs, that its worker is still connected (PostgreSQL 14 and later; older
-// servers notice a dead client only when they next write to it), so that a
-// killed worker's body ends soon even before the rescue ends it. Once per
-// connection: the setting stays for the session.
-const watchClientSQL = `SELECT set_config('client_connection_check_interval', '1000', false)
+// sessionSetupSQL sets up each of the queue's own sessions (the pool's and the
+// listener's): idle_session_timeout (PostgreSQL 14 and later) is turned off
+// for them. A server that ends idle sessions would otherwise cut pooled
+// connections between a worker's statements, and its next claim, heartbeat
+// or rescue would fail on the dead one (seen with 3 s: "terminating
+// connection due to idle-session timeout", SQLSTATE 57P05), and it would cut
+// the listener, which is idle by design. PostgreSQL's documentation warns
+// against enforcing the timeout on pooled connections; the pools close their
+// idle connections themselves after a minute (openPool).
+const sessionSetupSQL = `SELECT set_config('idle_session_timeout', '0', false)
  WHERE current_setting('server_version_num')::int >= 140000`
 
-// watchClient runs watchClientSQL on each new body connection.
-func watchClient(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, watchClientSQL); err != nil {
-		return fmt.Errorf("body connection: set client_connection_check_interval: %w", err)
-	}
-	return nil
-}
+// bodySetupSQL is sessionSetupSQL for a body's session, which also checks every
+// second, while a body runs, that its worker is still connected (PostgreSQL
+// 14 and later; older servers notice a dead client only when they next write
+// to it), so that a killed worker's body ends soon even before the rescue
+// ends it. The settings stay for the session.
+const bodySetupSQL = `SELECT set_config('idle_session_timeout', '0', false),
+       set_config('client_connection_check_interval', '1000', false)
+ WHERE current_setting('server_version_num')::int >= 140000`
 
 // Name implements dialect.Dialect.
 func (p *Postgres) Name() string { return "postgres" }
