@@ -30,7 +30,8 @@ var (
 )
 
 // ConnLost reports whether err says the database connection itself failed —
-// closed by the server (SQLSTATE 57P01 admin shutdown, 57P02, 57P03, class 08;
+// closed by the server (SQLSTATE 57P01 admin shutdown, 57P02, 57P03, the
+// session timeouts 57P05 idle and 25P03 idle in a transaction, class 08;
 // SQL Server: an error of severity 20 or more, such as a session ended by KILL),
 // reset, broken, or ended mid-answer — rather than the statement being refused.
 // A statement that failed so may or may not have run; a connection that failed
@@ -47,7 +48,11 @@ func ConnLost(err error) bool {
 	var st interface{ SQLState() string }
 	if errors.As(err, &st) {
 		code := st.SQLState()
-		return code == "57P01" || code == "57P02" || code == "57P03" || strings.HasPrefix(code, "08")
+		switch code {
+		case "57P01", "57P02", "57P03", "57P05", "25P03":
+			return true
+		}
+		return strings.HasPrefix(code, "08")
 	}
 	// SQL Server (go-mssqldb's mssql.Error, also inside its ServerError): severity
 	// 20 to 24 are fatal errors; the Database Engine task running the batch no

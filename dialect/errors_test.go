@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	mssql "github.com/microsoft/go-mssqldb"
 
 	"github.com/stageq/stageq/dialect"
@@ -35,5 +36,22 @@ func TestConnLostSQLServerSeverity(t *testing.T) {
 	}
 	if dialect.ConnLost(errors.New("plain")) {
 		t.Error("a plain error counts as a lost connection")
+	}
+}
+
+// TestConnLostPostgresCodes: the SQLSTATEs of a session the server ended
+// count as a lost connection, the idle-session timeouts included (a server
+// with idle_session_timeout set ends pooled connections between statements);
+// a statement refused on a live connection does not.
+func TestConnLostPostgresCodes(t *testing.T) {
+	for code, want := range map[string]bool{
+		"57P01": true, "57P02": true, "57P03": true, "57P05": true, "25P03": true, "08006": true,
+		"57014": false, // query_canceled: the statement, not the session
+		"40001": false, "23505": false, "P0001": false,
+	} {
+		err := fmt.Errorf("claim: %w", &pgconn.PgError{Severity: "FATAL", Code: code})
+		if got := dialect.ConnLost(err); got != want {
+			t.Errorf("SQLSTATE %s: ConnLost = %v, want %v", code, got, want)
+		}
 	}
 }
