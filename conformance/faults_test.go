@@ -158,6 +158,50 @@ func TestTerminatedConnectionsChargeNothing(t *testing.T) {
 	}
 }
 
+// TestIdleBodyConnectionKilledChargesNothing (PostgreSQL): the server ends a
+// worker's body connection while it waits in the pool between bodies (a
+// restart, an administrator's pg_terminate_backend). The next body, more than
+// a second later, starts on a live connection: it runs once and succeeds, and
+// no attempt is abandoned. Before body connections were pinged after a
+// second idle, that body was sent on the dead connection, failed like a body
+// cut while it ran, and was abandoned.
+func TestIdleBodyConnectionKilledChargesNothing(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, newPostgresDB(t))
+	admin, err := sql.Open("pgx", dsnWith(t, db.DSN, "application_name", "stageq-test-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	startWorkers(t, db, 1, fastConfig(), nil)
+	run := func(process string) {
+		t.Helper()
+		db.submit(t, plan(process, "", []int{1}, sameBody("SELECT 1"), 1))
+		waitFor(t, 30*time.Second, process+" to succeed", func() bool {
+			return countOutcome(db.logs(t, dialect.LogFilter{Process: process}), dialect.OutcomeSucceeded) == 1
+		})
+	}
+	// Twice: pgx pings a pooled connection at its first reuse whatever its
+	// idle time, so the connection cut is one reused already.
+	run("idle-cut-first")
+	run("idle-cut-second")
+	var killed int
+	if err := admin.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+ WHERE datname = current_database() AND state = 'idle' AND query LIKE '/* stageq task %'`).Scan(&killed); err != nil {
+		t.Fatalf("terminate: %v", err)
+	}
+	if killed == 0 {
+		t.Fatal("no idle body connection to terminate: the test cut nothing")
+	}
+	time.Sleep(1500 * time.Millisecond) // past the body pool's ping threshold
+	run("idle-cut-after")
+	for _, e := range db.logs(t, dialect.LogFilter{Process: "idle-cut-after"}) {
+		if e.Outcome != dialect.OutcomeSucceeded || e.Attempt != 1 {
+			t.Errorf("the body after the cut: attempt %d %s (%s); want one attempt, succeeded", e.Attempt, e.Outcome, e.Error)
+		}
+	}
+}
+
 // checkNoneCharged: every task of the process succeeded and no attempt failed.
 func checkNoneCharged(t *testing.T, db *testDB, process string, entries []dialect.LogEntry, n int) {
 	t.Helper()

@@ -60,13 +60,17 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := openPool(cfg, sessionSetupSQL)
+	// The queue's own statements ping only after 30 s: an idle worker's
+	// statements are seconds apart, and pgx's default (a second) doubled its
+	// load on the server. A statement that meets a closed connection fails
+	// and the worker retries it.
+	db := openPool(cfg, sessionSetupSQL, 30*time.Second)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	p := &Postgres{db: db, bodies: openPool(cfg, bodySetupSQL), dsn: dsn,
+	p := &Postgres{db: db, bodies: openPool(cfg, bodySetupSQL, bodyPingIdle), dsn: dsn,
 		calls: newCalls(Routines()), migrations: schema.Files}
 	p.Base = p.base()
 	return p, nil
@@ -74,13 +78,12 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 
 // openPool opens a connection pool on cfg; connections are made on first use,
 // and each runs setup (one of the session statements below) once, as it
-// connects.
-func openPool(cfg *pgx.ConnConfig, setup string) *sql.DB {
-	// pgx pings a connection idle for over a second before reusing it; an idle
-	// worker's statements are seconds apart, so that doubled its load on the
-	// server. A broken connection still surfaces as an error the worker retries.
+// connects. A connection idle for longer than pingIdle is pinged before it is
+// reused, and replaced if the server has closed it (a restart,
+// pg_terminate_backend): a statement sent on it would fail instead.
+func openPool(cfg *pgx.ConnConfig, setup string, pingIdle time.Duration) *sql.DB {
 	ping := stdlib.OptionShouldPing(func(_ context.Context, p stdlib.ShouldPingParams) bool {
-		return p.IdleDuration > 30*time.Second
+		return p.IdleDuration > pingIdle
 	})
 	db := stdlib.OpenDB(*cfg, ping, stdlib.OptionAfterConnect(func(ctx context.Context, conn *pgx.Conn) error {
 		if _, err := conn.Exec(ctx, setup); err != nil {
@@ -95,6 +98,15 @@ func openPool(cfg *pgx.ConnConfig, setup string) *sql.DB {
 	db.SetConnMaxIdleTime(time.Minute)
 	return db
 }
+
+// bodyPingIdle is when a body connection is pinged before its next body. A
+// body sent on a connection the server closed while it sat in the pool fails
+// with the signs of a connection lost while the body ran, and is abandoned
+// (charged to the task's abandon budget): whether the body ran cannot be told
+// from the error. Busy, a worker reuses its body connections within
+// milliseconds and pings none; one that waited longer pays a round trip, and
+// only a connection closed within its last second still costs an abandon.
+const bodyPingIdle = time.Second
 
 // sessionSetupSQL sets up each of the queue's own sessions (the pool's and the
 // listener's): idle_session_timeout (PostgreSQL 14 and later) is turned off
