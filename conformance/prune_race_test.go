@@ -165,11 +165,12 @@ func TestRoutinesCheckWaitsForPrune(t *testing.T) {
 	})
 }
 
-// waitWorker is a worker of client c, named id, that runs the "wait" tasks.
+// waitWorker is a worker of client c, named id, that runs the "wait" tasks,
+// two at a time (so it claims beside a task that runs long).
 func waitWorker(t *testing.T, c *queue.Client, id string) *queue.Worker {
 	t.Helper()
 	cfg := fastConfig()
-	cfg.ID = id
+	cfg.ID, cfg.Concurrency = id, 2
 	w, err := queue.NewWorker(c, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -213,6 +214,15 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 			}
 			defer c.Close()
 			w := waitWorker(t, c, id)
+			if !migrate {
+				// A task this worker is running when its routines go: it
+				// could not record its end, so it must not hold the worker
+				// for the shutdown grace period (30 s). Only this worker
+				// runs its kind.
+				if err := w.Handle("hold", waitBody); err != nil {
+					t.Fatal(err)
+				}
+			}
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- w.Run(runCtx) }()
@@ -232,6 +242,14 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 				}
 				return succeeded(id+"-before") == 1
 			})
+			if !migrate {
+				next.submit(t, stages.Plan{Process: id + "-hold", Stages: []stages.Stage{{Order: &one,
+					Tasks: []stages.Task{{Kind: "hold", Body: "2m"}}}}})
+				waitFor(t, 30*time.Second, "the hold task to run", func() bool {
+					tasks := db.tasks(t, dialect.TaskFilter{Process: id + "-hold"})
+					return len(tasks) == 1 && tasks[0].State == "running"
+				})
+			}
 			// The prune is retried until its 1 ms window misses a heartbeat.
 			waitFor(t, 30*time.Second, "a prune that counts the running worker dead", func() bool {
 				dropped, err := routines.Prune(ctx, next.D.DB(), rNext, time.Millisecond)
@@ -243,7 +261,7 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 			submit(id + "-after")
 			if !migrate {
 				var err error
-				waitFor(t, 30*time.Second, "the worker to stop", func() bool {
+				waitFor(t, 20*time.Second, "the worker to stop, before its grace period for the running task is over", func() bool {
 					var ok bool
 					err, ok = stopped()
 					return ok

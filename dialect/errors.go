@@ -31,7 +31,8 @@ var (
 
 // ConnLost reports whether err says the database connection itself failed —
 // closed by the server (SQLSTATE 57P01 admin shutdown, 57P02, 57P03, the
-// session timeouts 57P05 idle and 25P03 idle in a transaction, class 08;
+// session timeouts 57P05 idle, 25P03 idle in a transaction and 25P04
+// transaction, class 08;
 // SQL Server: an error of severity 20 or more, such as a session ended by KILL),
 // reset, broken, or ended mid-answer — rather than the statement being refused.
 // A statement that failed so may or may not have run; a connection that failed
@@ -49,7 +50,7 @@ func ConnLost(err error) bool {
 	if errors.As(err, &st) {
 		code := st.SQLState()
 		switch code {
-		case "57P01", "57P02", "57P03", "57P05", "25P03":
+		case "57P01", "57P02", "57P03", "57P05", "25P03", "25P04":
 			return true
 		}
 		return strings.HasPrefix(code, "08")
@@ -68,6 +69,25 @@ func ConnLost(err error) bool {
 	}
 	// pgx reports a connection it already closed this way.
 	return strings.Contains(err.Error(), "conn closed")
+}
+
+// RoutineMissing reports whether err says a statement called a routine the
+// database lacks: PostgreSQL's invalid_schema_name (3F000, the version's
+// schema is gone) or undefined_function (42883); SQL Server's 2812 (no such
+// stored procedure) or 208 (invalid object name). The drivers' errors are
+// read through the methods they implement, so this package links no driver.
+func RoutineMissing(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		code := st.SQLState()
+		return code == "3F000" || code == "42883"
+	}
+	var num interface{ SQLErrorNumber() int32 }
+	if errors.As(err, &num) {
+		n := num.SQLErrorNumber()
+		return n == 2812 || n == 208
+	}
+	return false
 }
 
 // DiscardConn makes the pool close conn when it is given back, instead of

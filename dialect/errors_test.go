@@ -45,13 +45,37 @@ func TestConnLostSQLServerSeverity(t *testing.T) {
 // a statement refused on a live connection does not.
 func TestConnLostPostgresCodes(t *testing.T) {
 	for code, want := range map[string]bool{
-		"57P01": true, "57P02": true, "57P03": true, "57P05": true, "25P03": true, "08006": true,
+		"57P01": true, "57P02": true, "57P03": true, "57P05": true, "25P03": true, "25P04": true, "08006": true,
 		"57014": false, // query_canceled: the statement, not the session
 		"40001": false, "23505": false, "P0001": false,
 	} {
 		err := fmt.Errorf("claim: %w", &pgconn.PgError{Severity: "FATAL", Code: code})
 		if got := dialect.ConnLost(err); got != want {
 			t.Errorf("SQLSTATE %s: ConnLost = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// TestRoutineMissing: the errors of a call to a routine the database lacks,
+// and no other, say so (a worker then checks its routine version).
+func TestRoutineMissing(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"schema gone", &pgconn.PgError{Code: "3F000"}, true},
+		{"function gone, wrapped", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "42883"}), true},
+		{"connection refused", &pgconn.PgError{Code: "57P03"}, false},
+		{"bad input", &pgconn.PgError{Code: "22023"}, false},
+		{"no such procedure", mssql.Error{Number: 2812, Class: 16}, true},
+		{"invalid object name", fmt.Errorf("claim: %w", mssql.Error{Number: 208, Class: 16}), true},
+		{"deadlock victim", mssql.Error{Number: 1205, Class: 13}, false},
+		{"plain", errors.New("routine missing"), false},
+	}
+	for _, c := range cases {
+		if got := dialect.RoutineMissing(c.err); got != c.want {
+			t.Errorf("%s: RoutineMissing(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }

@@ -55,19 +55,18 @@ func (w *Worker) routinesKept(ctx context.Context) error {
 	return nil
 }
 
-// routinesGoneAfter decides, after a failed claim, whether the worker's
-// routine version is gone from the database: a prune judged the worker dead
-// (its heartbeats lapsed past the prune's live window) and dropped it. Then
-// no claim can succeed again, and the error it returns ends the worker
-// instead of a loop of failing claims, unless its client was opened with
-// Migrate, which installs the version again. The check reads the registry
-// of installed versions, which a prune keeps true; a namespace dropped by
-// hand behind its back is not seen. A lost connection or a timeout says
-// nothing about the routines and is not checked: in an outage the check
-// would only add a statement to every failed claim. SQLite keeps no
-// routines, so there the check sends nothing.
+// routinesGoneAfter decides, after a claim failed calling a routine the
+// database lacks (dialect.RoutineMissing), whether the worker's routine
+// version is gone: a prune judged the worker dead (its heartbeats lapsed past
+// the prune's live window) and dropped it. Then no claim can succeed again,
+// and the error it returns ends the worker instead of a loop of failing
+// claims, unless its client was opened with Migrate, which installs the
+// version again. Other failures (an outage, a timeout) say nothing about the
+// routines and are not checked. The check reads the registry of installed
+// versions, which a prune keeps true; a namespace dropped by hand behind its
+// back is not seen.
 func (w *Worker) routinesGoneAfter(ctx context.Context, claimErr error) error {
-	if dialect.ConnLost(claimErr) || errors.Is(claimErr, context.DeadlineExceeded) || errors.Is(claimErr, context.Canceled) {
+	if !dialect.RoutineMissing(claimErr) {
 		return nil
 	}
 	err := w.routinesKept(ctx)

@@ -303,6 +303,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	// ends, not after the grace period: other workers can run them now.
 	unwatch := context.AfterFunc(ctx, w.stopBuffer)
 	err := w.claimLoop(ctx)
+	if err != nil {
+		// The worker cannot go on (its routines are gone): running tasks could
+		// not record their ends either, so they stop now rather than after the
+		// grace period, and their leases lapse for another worker to rescue.
+		w.log.Error().Err(err).Msg("worker stopping")
+		cancelTasks(fmt.Errorf("%w: %w", errShutdown, err)) // released, were it recorded
+	}
 
 	unwatch()
 	w.stopBuffer() // also when the claim loop ended without ctx (ExitWhenIdle)
@@ -365,11 +372,10 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 				return nil
 			}
 			if err != nil {
-				w.log.Error().Err(err).Msg("claim failed; backing off")
 				if gone := w.routinesGoneAfter(ctx, err); gone != nil {
-					w.handBackClaimed(got)
-					return gone
+					return gone // a claim that failed claimed nothing
 				}
+				w.log.Error().Err(err).Msg("claim failed; backing off")
 			}
 			for _, t := range got {
 				w.admit(attempt{ClaimedTask: t, claimSent: sent})
