@@ -220,7 +220,8 @@ func checkNoneCharged(t *testing.T, db *testDB, process string, entries []dialec
 }
 
 // TestBodyErrorsThatLookLikeALostConnection (PostgreSQL): a body may raise
-// any SQLSTATE, the ones of a lost connection included (57P01, class 08).
+// any SQLSTATE, the ones of a lost connection included (57P01, class 08, the
+// session timeouts 57P05, 25P03 and 25P04).
 // Its connection still answers, so the error is the body's: the attempt is
 // charged (failed), not abandoned as an infrastructure fault would be.
 func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
@@ -230,19 +231,20 @@ func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
 			raise := func(code string) string {
 				return fmt.Sprintf(`DO $$ BEGIN RAISE EXCEPTION 'the body says %s' USING ERRCODE = '%s'; END $$`, code, code)
 			}
-			p := plan("lookalike", "", []int{1}, func(_, i int) string { return raise([]string{"57P01", "08006"}[i]) }, 2)
+			codes := []string{"57P01", "08006", "57P05", "25P03", "25P04"}
+			p := plan("lookalike", "", []int{1}, func(_, i int) string { return raise(codes[i]) }, len(codes))
 			p.Defaults.MaxAttempts = 1
 			p.Defaults.Atomic = atomic
 			db.submit(t, p)
 			startWorkers(t, db, 1, fastConfig(), nil)
-			waitFor(t, time.Minute, "both attempts to end", func() bool {
+			waitFor(t, time.Minute, "every attempt to end", func() bool {
 				n := 0
 				for _, e := range db.logs(t, dialect.LogFilter{Process: "lookalike"}) {
 					if e.EndedAt != nil {
 						n++
 					}
 				}
-				return n >= 2
+				return n >= len(codes)
 			})
 			entries := db.logs(t, dialect.LogFilter{Process: "lookalike"})
 			for _, e := range entries {
@@ -250,8 +252,8 @@ func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
 					t.Errorf("task %d attempt %d: %s %q, want failed with the body's own error", e.TaskID, e.Attempt, e.Outcome, e.Error)
 				}
 			}
-			if len(entries) != 2 {
-				t.Errorf("%d attempts, want 2 (one per task, max_attempts 1)", len(entries))
+			if len(entries) != len(codes) {
+				t.Errorf("%d attempts, want %d (one per task, max_attempts 1)", len(entries), len(codes))
 			}
 		})
 	}

@@ -117,17 +117,20 @@ const bodyPingIdle = time.Second
 // the listener, which is idle by design. PostgreSQL's documentation warns
 // against enforcing the timeout on pooled connections; the pools close their
 // idle connections themselves after a minute (openPool).
-const sessionSetupSQL = `SELECT set_config('idle_session_timeout', '0', false)
- WHERE current_setting('server_version_num')::int >= 140000`
+//
+// Each setting is set where the server has it (PostgreSQL 14 and later, read
+// from pg_settings rather than guessed from the version, so a server that
+// reports 14 without it still connects).
+const sessionSetupSQL = `SELECT set_config(name, '0', false) FROM pg_settings
+ WHERE name = 'idle_session_timeout'`
 
 // bodySetupSQL is sessionSetupSQL for a body's session, which also checks every
 // second, while a body runs, that its worker is still connected (PostgreSQL
 // 14 and later; older servers notice a dead client only when they next write
 // to it), so that a killed worker's body ends soon even before the rescue
 // ends it. The settings stay for the session.
-const bodySetupSQL = `SELECT set_config('idle_session_timeout', '0', false),
-       set_config('client_connection_check_interval', '1000', false)
- WHERE current_setting('server_version_num')::int >= 140000`
+const bodySetupSQL = `SELECT set_config(name, CASE name WHEN 'idle_session_timeout' THEN '0' ELSE '1000' END, false)
+  FROM pg_settings WHERE name IN ('idle_session_timeout', 'client_connection_check_interval')`
 
 // Name implements dialect.Dialect.
 func (p *Postgres) Name() string { return "postgres" }

@@ -72,6 +72,13 @@ func TestSessionsOutliveAnIdleSessionTimeout(t *testing.T) {
 			t.Fatalf("%s: %v", pool.name, err)
 		}
 	}
+	var idle, check string
+	if err := p.bodies.QueryRowContext(ctx, "SELECT current_setting('idle_session_timeout'), current_setting('client_connection_check_interval')").Scan(&idle, &check); err != nil {
+		t.Fatal(err)
+	}
+	if idle != "0" || check != "1s" {
+		t.Errorf("a body session: idle_session_timeout %q, client_connection_check_interval %q; want 0 and 1s", idle, check)
+	}
 	var listener int
 	if err := ac.QueryRowContext(ctx, `SELECT pid FROM pg_stat_activity
  WHERE datname = current_database() AND query LIKE 'LISTEN '||$1||'%'`, channel).Scan(&listener); err != nil {
