@@ -97,12 +97,7 @@ func TestKilledWorkersChargeNothing(t *testing.T) {
 func TestTerminatedConnectionsChargeNothing(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, newPostgresDB(t))
-	// The test's own checks use a pool the terminations spare, by name.
-	admin, err := sql.Open("pgx", dsnWith(t, db.DSN, "application_name", "stageq-test-admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := adminPool(t, db)
 
 	const n = 60
 	p := plan("cut", "", []int{1, 2, 3}, sameBody(db.sleepSQL(0.3)), n/3)
@@ -168,11 +163,7 @@ func TestTerminatedConnectionsChargeNothing(t *testing.T) {
 func TestIdleBodyConnectionKilledChargesNothing(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, newPostgresDB(t))
-	admin, err := sql.Open("pgx", dsnWith(t, db.DSN, "application_name", "stageq-test-admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := adminPool(t, db)
 	startWorkers(t, db, 1, fastConfig(), nil)
 	run := func(process string) {
 		t.Helper()
@@ -200,6 +191,19 @@ func TestIdleBodyConnectionKilledChargesNothing(t *testing.T) {
 			t.Errorf("the body after the cut: attempt %d %s (%s); want one attempt, succeeded", e.Attempt, e.Outcome, e.Error)
 		}
 	}
+}
+
+// adminPool is a pool for a test's own checks on db, named so that the
+// terminations of the workers' connections spare it (application_name
+// stageq-test-admin); it closes when the test ends.
+func adminPool(t *testing.T, db *testDB) *sql.DB {
+	t.Helper()
+	admin, err := sql.Open("pgx", dsnWith(t, db.DSN, "application_name", "stageq-test-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return admin
 }
 
 // checkNoneCharged: every task of the process succeeded and no attempt failed.

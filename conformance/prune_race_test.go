@@ -24,13 +24,11 @@ import (
 // runs. Registered, it is counted, and a prune keeps its version.
 func TestPruneBetweenCheckAndRegister(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.D.Schema().Routines == nil {
+		next, rN, rNext, ok := beside(t, db)
+		if !ok {
 			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
 		}
 		ctx := context.Background()
-		next := openRelease(t, db, nextRelease(t, db, 0))
-		rNext := *next.D.Schema().Routines
-		rN := *db.D.Schema().Routines
 		prune := func() []int {
 			t.Helper()
 			dropped, err := routines.Prune(ctx, next.D.DB(), rNext, time.Minute)
@@ -165,6 +163,19 @@ func TestRoutinesCheckWaitsForPrune(t *testing.T) {
 	})
 }
 
+// beside opens a simulated release N+1 beside this binary's release N on db
+// (its routines installed, so N is not the newest and a prune may drop it),
+// and returns N+1's handle and both routine versions; ok is false on a
+// dialect that keeps no routines (SQLite).
+func beside(t *testing.T, db *testDB) (next *testDB, rN, rNext dialect.Routines, ok bool) {
+	t.Helper()
+	if db.D.Schema().Routines == nil {
+		return nil, dialect.Routines{}, dialect.Routines{}, false
+	}
+	next = openRelease(t, db, nextRelease(t, db, 0))
+	return next, *db.D.Schema().Routines, *next.D.Schema().Routines, true
+}
+
 // waitWorker is a worker of client c, named id, that runs the "wait" tasks,
 // two at a time (so it claims beside a task that runs long).
 func waitWorker(t *testing.T, c *queue.Client, id string) *queue.Worker {
@@ -190,13 +201,11 @@ func waitWorker(t *testing.T, c *queue.Client, id string) *queue.Worker {
 // looks; with Migrate it installs N again and goes on running tasks.
 func TestRoutinesPrunedWhileRunning(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		if db.D.Schema().Routines == nil {
+		next, rN, rNext, ok := beside(t, db)
+		if !ok {
 			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
 		}
 		ctx := context.Background()
-		next := openRelease(t, db, nextRelease(t, db, 0))
-		rNext := *next.D.Schema().Routines
-		rN := *db.D.Schema().Routines
 		one := 1
 		submit := func(process string) {
 			t.Helper()
