@@ -70,7 +70,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
-	p := &Postgres{db: db, bodies: openPool(cfg, bodySetupSQL, bodyPingIdle), dsn: dsn,
+	p := &Postgres{db: db, bodies: openPool(cfg, sessionSetupSQL+";\n"+watchClientSQL, bodyPingIdle), dsn: dsn,
 		calls: newCalls(Routines()), migrations: schema.Files}
 	p.Base = p.base()
 	return p, nil
@@ -124,13 +124,14 @@ const bodyPingIdle = time.Second
 const sessionSetupSQL = `SELECT set_config(name, '0', false) FROM pg_settings
  WHERE name = 'idle_session_timeout'`
 
-// bodySetupSQL is sessionSetupSQL for a body's session, which also checks every
-// second, while a body runs, that its worker is still connected (PostgreSQL
-// 14 and later; older servers notice a dead client only when they next write
-// to it), so that a killed worker's body ends soon even before the rescue
-// ends it. The settings stay for the session.
-const bodySetupSQL = `SELECT set_config(name, CASE name WHEN 'idle_session_timeout' THEN '0' ELSE '1000' END, false)
-  FROM pg_settings WHERE name IN ('idle_session_timeout', 'client_connection_check_interval')`
+// watchClientSQL, run with sessionSetupSQL on each body connection (one
+// round trip), makes the body's session check every second, while a body
+// runs, that its worker is still connected (PostgreSQL 14 and later; older
+// servers notice a dead client only when they next write to it), so that a
+// killed worker's body ends soon even before the rescue ends it. The setting
+// stays for the session.
+const watchClientSQL = `SELECT set_config(name, '1000', false) FROM pg_settings
+ WHERE name = 'client_connection_check_interval'`
 
 // Name implements dialect.Dialect.
 func (p *Postgres) Name() string { return "postgres" }
