@@ -64,22 +64,7 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 		if n := len(db.logs(t, dialect.LogFilter{Process: "pruned"})); n != 0 {
 			t.Errorf("the worker without its routines made %d attempts; want none", n)
 		}
-		workers, err := limOperator(t, db).WorkerList(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, ws := range workers {
-			if ws.ID == "pruned-plain" {
-				found = true
-				if ws.StoppedAt == nil {
-					t.Errorf("the worker that stopped at start is not marked stopped: %+v", ws)
-				}
-			}
-		}
-		if !found {
-			t.Errorf("the worker that stopped at start left no row (it registers before it checks): %+v", workers)
-		}
+		checkWorkerStopped(t, db, "pruned-plain")
 
 		// With Migrate: the client opened (and found N) before a prune, so the
 		// worker puts N back once registered, and runs.
@@ -94,17 +79,10 @@ func TestPruneBetweenCheckAndRegister(t *testing.T) {
 		if got := prune(); len(got) != 1 || got[0] != rN.Version {
 			t.Fatalf("second prune dropped %v; want release N's version %d", got, rN.Version)
 		}
-		hw := waitWorker(t, healing, "pruned-migrate")
-		hctx, hcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- hw.Run(hctx) }()
-		defer func() { hcancel(); <-done }()
+		hw := runInBackground(t, waitWorker(t, healing, "pruned-migrate"))
 		waitFor(t, 30*time.Second, "the Migrate worker to run the task", func() bool {
-			select {
-			case err := <-done:
-				done <- err // for the deferred wait
+			if err, ok := hw.stopped(); ok {
 				t.Fatalf("the Migrate worker stopped: %v", err)
-			default:
 			}
 			return countOutcome(db.logs(t, dialect.LogFilter{Process: "pruned"}), dialect.OutcomeSucceeded) == 1
 		})
@@ -192,6 +170,58 @@ func waitWorker(t *testing.T, c *queue.Client, id string) *queue.Worker {
 	return w
 }
 
+// runningWorker is a worker's Run in the background, stopped and waited for
+// when the test ends.
+type runningWorker struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func runInBackground(t *testing.T, w *queue.Worker) *runningWorker {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningWorker{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- w.Run(ctx) }()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+// stopped reports whether Run has returned, and what, without waiting.
+func (r *runningWorker) stopped() (error, bool) {
+	select {
+	case err := <-r.done:
+		r.done <- err // for the next look
+		return err, true
+	default:
+		return nil, false
+	}
+}
+
+// stop ends Run and returns what it returned.
+func (r *runningWorker) stop() error {
+	r.cancel()
+	err := <-r.done
+	r.done <- err
+	return err
+}
+
+// checkWorkerStopped: the worker named id has its row, marked stopped.
+func checkWorkerStopped(t *testing.T, db *testDB, id string) {
+	t.Helper()
+	workers, err := limOperator(t, db).WorkerList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range workers {
+		if ws.ID == id {
+			if ws.StoppedAt == nil {
+				t.Errorf("the worker that stopped is not marked stopped: %+v", ws)
+			}
+			return
+		}
+	}
+	t.Errorf("the worker that stopped left no row (it registers before it checks): %+v", workers)
+}
+
 // TestRoutinesPrunedWhileRunning: a prune whose live window is shorter than
 // the gap between a running worker's heartbeats counts the worker dead and
 // drops the routine version it calls (release N, this binary's; N+1 is
@@ -232,21 +262,10 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- w.Run(runCtx) }()
-			stopped := func() (error, bool) {
-				select {
-				case err := <-done:
-					done <- err
-					return err, true
-				default:
-					return nil, false
-				}
-			}
+			r := runInBackground(t, w)
 			submit(id + "-before")
 			waitFor(t, 30*time.Second, "the worker to run a task before the prune", func() bool {
-				if err, ok := stopped(); ok {
+				if err, ok := r.stopped(); ok {
 					t.Fatalf("the worker stopped before the prune: %v", err)
 				}
 				return succeeded(id+"-before") == 1
@@ -272,25 +291,16 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 				var err error
 				waitFor(t, 20*time.Second, "the worker to stop, before its grace period for the running task is over", func() bool {
 					var ok bool
-					err, ok = stopped()
+					err, ok = r.stopped()
 					return ok
 				})
-				cancel()
 				if !errors.Is(err, migrations.ErrSchemaMismatch) || !errors.Is(err, routines.ErrNotInstalled) {
 					t.Fatalf("a worker whose routines were pruned while it ran: Run = %v; want ErrSchemaMismatch (not installed)", err)
 				}
 				if n := len(db.logs(t, dialect.LogFilter{Process: id + "-after"})); n != 0 {
 					t.Errorf("the worker without its routines made %d attempts; want none", n)
 				}
-				workers, err := limOperator(t, db).WorkerList(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, ws := range workers {
-					if ws.ID == id && ws.StoppedAt == nil {
-						t.Errorf("the worker that stopped is not marked stopped: %+v", ws)
-					}
-				}
+				checkWorkerStopped(t, db, id)
 				// The next leg starts from release N installed again.
 				if err := routines.Install(ctx, db.D.DB(), rN); err != nil {
 					t.Fatal(err)
@@ -298,7 +308,7 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 				continue
 			}
 			waitFor(t, 30*time.Second, "the Migrate worker to run the task submitted after the prune", func() bool {
-				if err, ok := stopped(); ok {
+				if err, ok := r.stopped(); ok {
 					t.Fatalf("the Migrate worker stopped: %v", err)
 				}
 				return succeeded(id+"-after") == 1
@@ -306,8 +316,7 @@ func TestRoutinesPrunedWhileRunning(t *testing.T) {
 			if err := routines.Check(ctx, db.D.DB(), rN); err != nil {
 				t.Errorf("release N's routines after the Migrate worker went on: %v", err)
 			}
-			cancel()
-			if err := <-done; err != nil {
+			if err := r.stop(); err != nil {
 				t.Errorf("the Migrate worker's Run = %v; want nil after its stop", err)
 			}
 		}
