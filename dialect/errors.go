@@ -74,8 +74,9 @@ func ConnLost(err error) bool {
 // RoutineMissing reports whether err says a statement called a routine the
 // database lacks: PostgreSQL's invalid_schema_name (3F000, the version's
 // schema is gone) or undefined_function (42883); SQL Server's 2812 (no such
-// stored procedure) or 208 (invalid object name). The drivers' errors are
-// read through the methods they implement, so this package links no driver.
+// stored procedure) or 208 (invalid object name), not seen raised here. The
+// drivers' errors are read through the methods they implement, so this
+// package links no driver.
 func RoutineMissing(err error) bool {
 	var st interface{ SQLState() string }
 	if errors.As(err, &st) {
