@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {2, "3a646f9115e675b29917a8cc40d1bece1921b41e8bd4cf64cc466378dde7685c"},
+	"postgres":  {3, "396db8129286b9eaa7b7bc0e79ce23c7f76bc135d850b25fd5aac5db78b5f8b9"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

@@ -1,0 +1,168 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// TestBatchesProbeTasksByKeyWhateverTheStatistics: statistics gathered while no
+// task ran (an idle queue, the state autovacuum usually samples) must not make
+// a finish or a lease extension walk the running tasks. With state = 'running'
+// beside the join, PostgreSQL read each batch through tasks_running, which such
+// statistics show empty, and compared every running task with every task of the
+// batch: 0.9 million comparisons for a batch of 300 beside 3,000 running.
+func TestBatchesProbeTasksByKeyWhateverTheStatistics(t *testing.T) {
+	ctx := context.Background()
+	d := migratedDB(t)
+	const n, batch = 3000, 300
+	addRunnable(t, d, 1, n)
+	execSQL(t, d, "ANALYZE stageq.tasks") // nothing runs yet
+	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: n, Token: 1, Lease: time.Minute})
+	if err != nil || len(claimed) != n {
+		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
+	}
+
+	// reads waits until the tasks' deletes and updates reach what this test
+	// wrote (every backend that touched them has reported) and gives the index
+	// entries read through tasks_running.
+	reads := func(deleted, updated int64) int64 {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var del, upd, read int64
+			if err := d.DB().QueryRowContext(ctx, `
+SELECT t.n_tup_del, t.n_tup_upd, i.idx_tup_read
+  FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i ON i.relid = t.relid AND i.indexrelname = 'tasks_running'
+ WHERE t.relid = 'stageq.tasks'::regclass`).Scan(&del, &upd, &read); err != nil {
+				t.Fatal(err)
+			}
+			if del == deleted && upd == updated {
+				return read
+			}
+			if del > deleted || upd > updated || time.Now().After(deadline) {
+				t.Fatalf("tasks counters: %d deleted, %d updated; want %d and %d", del, upd, deleted, updated)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	before := reads(0, n) // the claim updated each task once
+
+	lease := func(c dialect.ClaimedTask) dialect.TaskLease { return dialect.TaskLease{ID: c.ID, Token: c.Token} }
+	var all []dialect.TaskLease
+	for _, c := range claimed {
+		all = append(all, lease(c))
+	}
+	held, err := d.TaskExtendLeases(ctx, dialect.ExtendParams{WorkerID: "w", Tasks: all, Lease: time.Minute})
+	if err != nil || len(held) != n {
+		t.Fatalf("extend: %d of %d held, %v", len(held), n, err)
+	}
+	// Succeeded (deleted) and released (updated) alike, so that both of
+	// finish_many's statements run beside many running tasks.
+	released := 0
+	for i := 0; i < n; i += batch {
+		ps := make([]dialect.FinishParams, 0, batch)
+		for j, c := range claimed[i : i+batch] {
+			o := dialect.OutcomeSucceeded
+			if j%10 == 0 {
+				o = dialect.OutcomeReleased
+				released++
+			}
+			ps = append(ps, dialect.FinishParams{TaskID: c.ID, Token: c.Token, ProcessID: c.ProcessID, Outcome: o})
+		}
+		res, err := d.(dialect.BatchFinisher).TaskFinishMany(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, h := range res.Held {
+			if !h {
+				t.Fatalf("task %d not held at its finish", ps[k].TaskID)
+			}
+		}
+	}
+	after := reads(int64(n-released), int64(2*n+released))
+	// A probe by key reads no tasks_running entry; a walk reads every running
+	// task at least once per statement (3,000 for the extension alone).
+	r := after - before
+	t.Logf("tasks_running entries read: %d", r)
+	if r > 0 {
+		t.Errorf("one extension and %d finishes read %d tasks_running entries, want none (a primary-key probe per task)", n/batch, r)
+	}
+}
+
+// TestFinishLeavesATaskChangedUnderIt: finish_many reads the task it finishes
+// (held), then deletes or updates that row by address. A rescue that changes
+// the task between the two, committing while the finish waits for its row,
+// leaves a newer version at another address: the finish must leave it, report
+// the lease lost, and write nothing. Forced with the rescue's change held open
+// in a transaction of its own.
+func TestFinishLeavesATaskChangedUnderIt(t *testing.T) {
+	for _, outcome := range []dialect.Outcome{dialect.OutcomeSucceeded, dialect.OutcomeFailed} {
+		t.Run(string(outcome), func(t *testing.T) {
+			ctx := context.Background()
+			d := migratedDB(t)
+			addRunnable(t, d, 1, 1)
+			got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 5, Lease: time.Minute})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("claim: %d tasks, %v", len(got), err)
+			}
+			task := got[0]
+
+			rescue, err := d.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rescue.Rollback()
+			if _, err := rescue.ExecContext(ctx, `
+UPDATE stageq.tasks SET state = 'blocked', abandons = abandons + 1, worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE id = $1`, task.ID); err != nil {
+				t.Fatal(err)
+			}
+
+			done := make(chan error, 1)
+			go func() {
+				done <- d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: task.ID, Token: task.Token, Outcome: outcome, Error: "late"})
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var waiting bool
+				if err := d.DB().QueryRowContext(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%finish%')`).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				if waiting {
+					break
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("the finish ended (%v) without waiting for the changed row", err)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the finish never waited for the row the rescue holds")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := rescue.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; !errors.Is(err, dialect.ErrLeaseLost) {
+				t.Fatalf("finish of a task rescued under it: %v, want ErrLeaseLost", err)
+			}
+			var state string
+			var abandons int
+			var lastError sql.NullString
+			if err := d.DB().QueryRowContext(ctx, `SELECT state, abandons, last_error FROM stageq.tasks WHERE id = $1`, task.ID).Scan(&state, &abandons, &lastError); err != nil {
+				t.Fatalf("the rescued task: %v (deleted by the late finish?)", err)
+			}
+			if state != "blocked" || abandons != 1 || lastError.Valid {
+				t.Errorf("the rescued task: state %s, abandons %d, last_error %v; want the rescue's blocked, 1, none", state, abandons, lastError)
+			}
+		})
+	}
+}
