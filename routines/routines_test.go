@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {3, "396db8129286b9eaa7b7bc0e79ce23c7f76bc135d850b25fd5aac5db78b5f8b9"},
+	"postgres":  {3, "73b5b7003e0abe4cb23d4de0f1623684e41563ab635d436767ff76299051c39c"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

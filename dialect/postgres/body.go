@@ -13,8 +13,10 @@ import (
 // the body must not start. Only when the worker cannot vouch for the lease
 // (dialect.BodyStart.LeaseHeld): the read costs more than a `SELECT 1` body
 // (a round trip, and an index probe into a table whose rows churn), so a body
-// claimed moments ago starts without it.
-const bodyRunningSQL = `SELECT EXISTS (SELECT 1 FROM stageq.tasks WHERE id = $1 AND state = 'running' AND lease_token = $2)`
+// claimed moments ago starts without it. The task is read by id alone and
+// tested after, as body_session does: with state = 'running' in the WHERE
+// clause, the planner may walk tasks_running instead of probing the key.
+const bodyRunningSQL = `SELECT coalesce((SELECT state = 'running' AND lease_token = $2 FROM stageq.tasks WHERE id = $1), false)`
 
 // bodySessionSQL calls body_session (routines/postgres/60_rescue.sql), for
 // atomic bodies: it names the session after the attempt (application_name =

@@ -166,3 +166,63 @@ SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 		})
 	}
 }
+
+// TestRescueAndBodyCheckProbeTasksByKey: as above, for the rescue of many
+// expired attempts beside many running ones (one walk of the running tasks to
+// find the expired, then each rescued task by address; before, a walk for
+// each: 993,300 entries read here) and for the check a body makes before it
+// starts when the worker cannot vouch for its lease (its old form walked
+// tasks_running under psql's EXPLAIN, but not here: a guard only).
+func TestRescueAndBodyCheckProbeTasksByKey(t *testing.T) {
+	ctx := context.Background()
+	d := migratedDB(t)
+	const running, expired = 3000, 300
+	addRunnable(t, d, 1, running+expired)
+	execSQL(t, d, "ANALYZE stageq.tasks")
+	live, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
+	if err != nil || len(live) != running {
+		t.Fatalf("claim: %d tasks, %v", len(live), err)
+	}
+	if got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "gone", Max: expired, Token: 2, Lease: time.Millisecond}); err != nil || len(got) != expired {
+		t.Fatalf("claim: %d tasks, %v", len(got), err)
+	}
+
+	// settled waits until the tasks' counters stop moving (every backend
+	// that touched them has reported) and gives the tasks_running entries
+	// read.
+	settled := func() int64 {
+		t.Helper()
+		var last [3]int64
+		for i := 0; ; i++ {
+			var now [3]int64
+			if err := d.DB().QueryRowContext(ctx, `
+SELECT t.n_tup_upd, t.n_tup_del, i.idx_tup_read
+  FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i ON i.relid = t.relid AND i.indexrelname = 'tasks_running'
+ WHERE t.relid = 'stageq.tasks'::regclass`).Scan(&now[0], &now[1], &now[2]); err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 && now == last {
+				return now[2]
+			}
+			last = now
+			time.Sleep(2 * time.Second)
+		}
+	}
+	before := settled()
+	n, err := d.TaskRescueExpired(ctx, dialect.RescueParams{Max: 1000})
+	if err != nil || n != expired {
+		t.Fatalf("rescue: %d rescued, %v; want %d", n, err, expired)
+	}
+	conn, _, err := d.(dialect.BodySessioner).BodyConn(ctx, dialect.BodyStart{Lease: dialect.TaskLease{ID: live[0].ID, Token: live[0].Token}, Body: "SELECT 1"})
+	if err != nil {
+		t.Fatalf("body check of a held attempt: %v", err)
+	}
+	conn.Close()
+	r := settled() - before
+	t.Logf("tasks_running entries read: %d", r)
+	// The rescue's search reads each running task once (3,300); a walk per
+	// rescued task would read about 3,300 more for each of the 300.
+	if r > 2*(running+expired) {
+		t.Errorf("a rescue of %d and a body check read %d tasks_running entries, want one walk of the %d running (a probe by address or key for each)", expired, r, running+expired)
+	}
+}
