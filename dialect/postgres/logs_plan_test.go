@@ -25,28 +25,17 @@ func TestFinishSeeksLogsAfterAnEarlyAnalyze(t *testing.T) {
 	execSQL(t, d, "ANALYZE stageq.logs") // Logs holds 30 rows in one page
 
 	// counters waits until Logs' insert and update counts reach what this
-	// test wrote (so every backend that touched Logs has reported: an idle
-	// backend reports within seconds) and gives its sequential scans and the
-	// index entries read through logs_task.
+	// test wrote and gives its sequential scans and the index entries read
+	// through logs_task.
 	counters := func(inserted, updated int64) (seq, viaIndex int64) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var ins, upd int64
-			if err := d.DB().QueryRowContext(ctx, `
-SELECT t.seq_scan, t.n_tup_ins, t.n_tup_upd, i.idx_tup_read
-  FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i ON i.relid = t.relid AND i.indexrelname = 'logs_task'
- WHERE t.relid = 'stageq.logs'::regclass`).Scan(&seq, &ins, &upd, &viaIndex); err != nil {
-				t.Fatal(err)
-			}
-			if ins == inserted && upd == updated {
-				return seq, viaIndex
-			}
-			if ins > inserted || upd > updated || time.Now().After(deadline) {
-				t.Fatalf("Logs counters: %d inserted, %d updated; want %d and %d", ins, upd, inserted, updated)
-			}
-			time.Sleep(50 * time.Millisecond)
+		s := waitStats(t, d, "stageq.logs", "logs_task", func(s tableStats) (bool, bool) {
+			return s.Inserted == inserted && s.Updated == updated, s.Inserted > inserted || s.Updated > updated
+		})
+		if err := d.DB().QueryRowContext(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'stageq.logs'::regclass`).Scan(&seq); err != nil {
+			t.Fatal(err)
 		}
+		return seq, s.IndexRead
 	}
 	seqBefore, readBefore := counters(30, 0)
 
