@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {3, "73b5b7003e0abe4cb23d4de0f1623684e41563ab635d436767ff76299051c39c"},
+	"postgres":  {3, "89c020d678fadf76771322204e24a9aea023141b01d705e3575b9a3f1007a903"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

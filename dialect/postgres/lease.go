@@ -9,21 +9,14 @@ import (
 
 // extendSQL pushes back, by $2 ms from the database's now, the leases of the
 // attempts worker $1 names (task ids $3 with tokens $4) and returns those it still
-// holds. One missing from the answer was rescued: the worker abandons it.
-//
-// Each task is a primary-key probe behind OFFSET 0, its lease tested outside,
-// and the update goes by row address, as finish_many's (held, in
-// routines/postgres/50_finish.sql, says why: with state = 'running' beside the
-// join, the planner may walk every running task once per task named). An
-// address whose row changed since the probe is left alone by the update.
+// holds. One missing from the answer was rescued: the worker abandons it. The
+// lease is tested as finish_many tests it (routines/postgres/50_finish.sql says
+// why: with state = 'running' beside the join, the planner may walk every
+// running task once per task named).
 const extendSQL = `
 UPDATE stageq.tasks t SET lease_expires_at = now() + $2 * interval '1 millisecond'
-  FROM (SELECT k.ctid AS tid
-          FROM unnest($3::bigint[], $4::bigint[]) AS h(id, token)
-         CROSS JOIN LATERAL (SELECT x.ctid, x.state, x.lease_token, x.worker_id
-                               FROM stageq.tasks x WHERE x.id = h.id OFFSET 0) k
-         WHERE k.state = 'running' AND k.lease_token = h.token AND k.worker_id = $1) h
- WHERE t.ctid = h.tid
+  FROM unnest($3::bigint[], $4::bigint[]) AS h(id, token)
+ WHERE t.id = h.id AND CASE WHEN t.state = 'running' THEN t.lease_token END = h.token AND t.worker_id = $1
 RETURNING t.id, t.lease_token`
 
 // TaskExtendLeases implements dialect.Dialect.

@@ -54,7 +54,7 @@ DECLARE
 BEGIN
     FOR r IN
         SELECT e.* FROM (
-            SELECT t.id, t.ctid AS tid, t.process_id, t.lease_token, t.worker_id
+            SELECT t.id, t.process_id, t.lease_token, t.worker_id
               FROM stageq.tasks t
              WHERE t.state = 'running' AND t.lease_expires_at < clock_timestamp()
              LIMIT p_max) e
@@ -84,11 +84,8 @@ BEGIN
                last_error = stageq_routines.abandon_error('lease expired: worker ' || r.worker_id || ' stopped extending it',
                                                  abandons + 1),
                worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
-         -- By address (as finish_many, see held): by id beside state = 'running',
-         -- the planner may walk every running task for each one rescued. A
-         -- task changed since the read above (its lease extended) has moved
-         -- and is left alone.
-         WHERE ctid = r.tid AND lease_token = r.lease_token AND state = 'running'
+         -- Held as finish_many tests it (50_finish.sql says why).
+         WHERE id = r.id AND CASE WHEN state = 'running' THEN lease_token END = r.lease_token
            AND lease_expires_at < clock_timestamp()
         RETURNING last_error INTO v_err;
         IF FOUND THEN
