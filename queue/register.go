@@ -45,11 +45,11 @@ func (w *Worker) routinesKept(ctx context.Context) error {
 	cctx, cancel := w.stmtCtx(ctx)
 	err := w.stmtErr(cctx, ctx, "check routines", migrations.CheckRoutines(cctx, w.d))
 	cancel()
-	if err == nil || !w.c.migrate || !errors.Is(err, routines.ErrNotInstalled) {
+	if err == nil || w.reinstall == nil || !errors.Is(err, routines.ErrNotInstalled) {
 		return err
 	}
 	w.log.Warn().Err(err).Msg("routines pruned; installing them again")
-	if _, err := w.c.Migrate(ctx); err != nil {
+	if _, err := w.reinstall(ctx); err != nil {
 		return fmt.Errorf("install routines again after a prune: %w", err)
 	}
 	return nil

@@ -138,13 +138,16 @@ func (c *WorkerConfig) setDefaults() error {
 // Worker claims and runs tasks. Create it with NewWorker, register handlers with
 // Handle, then call Run.
 type Worker struct {
-	c        *Client
 	d        dialect.Dialect
 	cfg      WorkerConfig
 	log      zerolog.Logger
 	handlers map[string]Handler
 	// kinds is Kinds() as of Run: what every claim asks for.
 	kinds []string
+	// reinstall installs the routines again after a prune dropped them
+	// (register.go): the client's Migrate, nil unless it was opened with
+	// Config.Migrate.
+	reinstall func(context.Context) (uint, error)
 
 	mu      sync.Mutex
 	running map[dialect.TaskLease]context.CancelCauseFunc // attempt (task, token) -> cancel of its run, until its end is recorded
@@ -182,7 +185,6 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		c:        c,
 		d:        c.d,
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("worker", cfg.ID).Logger(),
@@ -190,6 +192,9 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		running:  map[dialect.TaskLease]context.CancelCauseFunc{},
 		slotFree: make(chan struct{}, 1),
 		wake:     make(chan struct{}, 1),
+	}
+	if c.migrate {
+		w.reinstall = c.Migrate
 	}
 	w.healthy.Store(true)
 	cfg.Metrics.observeRunning(w.executingCount)

@@ -208,14 +208,13 @@ func TestRescueAndBodyCheckProbeTasksByKey(t *testing.T) {
 	settled := func() int64 {
 		t.Helper()
 		var last tableStats
-		polls := 0
+		since := time.Now()
 		return waitStats(t, d, "stageq.tasks", "tasks_running", func(s tableStats) (bool, bool) {
 			if s != last {
-				last, polls = s, 0
+				last, since = s, time.Now()
 				return false, false
 			}
-			polls++
-			return polls >= 60, false
+			return time.Since(since) >= 3*time.Second, false
 		}).IndexRead
 	}
 	before := settled()
