@@ -11,7 +11,7 @@ var _ dialect.Inspector = (*Postgres)(nil)
 
 // waitStatements explain a waiting task (dialect.WaitStatements says what goes
 // in and out). Each is a seek on an index of the schema: the task's primary key,
-// tasks_stage, and the partial indexes of running tasks. They only read.
+// tasks_waiting, and the partial indexes of running tasks. They only read.
 var waitStatements = dialect.WaitStatements{
 	Task: `
 SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
@@ -22,7 +22,12 @@ SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t
 	Lower: `
 SELECT ` + dialect.TaskRefCols + `
   FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
- WHERE t.process_id = $1 AND t.execution_order < $2
+ -- tasks_waiting holds the lower stages' tasks but the running ones.
+ WHERE t.id IN (SELECT w.id FROM stageq.tasks w
+                 WHERE w.process_id = $1 AND w.execution_order < $2 AND w.state <> 'running'
+                UNION ALL
+                SELECT r.id FROM stageq.tasks r
+                 WHERE r.process_id = $1 AND r.state = 'running' AND r.execution_order < $2)
  ORDER BY t.execution_order, CASE t.state WHEN 'failed' THEN 0 WHEN 'running' THEN 1 ELSE 2 END, t.id
  LIMIT $3`,
 	RunningProcess: `

@@ -27,13 +27,15 @@ DELETE FROM stageq.workers WHERE id IN (
 
 	// A process row is locked by submit and by every task change, so one being
 	// filled again is skipped; a process found empty under the lock stays empty
-	// until this deletion commits.
+	// until this deletion commits. "Empty" is two probes: tasks_waiting leaves
+	// the running tasks to tasks_running.
 	Processes: `
 DELETE FROM stageq.processes WHERE id IN (
     SELECT p.id FROM stageq.processes p
      WHERE p.finished_at < now() - $1 * interval '1 millisecond'
        AND p.state IN ('succeeded', 'cancelled') AND p.name <> 'default'
-       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id)
+       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id AND t.state <> 'running')
+       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id AND t.state = 'running')
      ORDER BY p.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 
 	Record: `

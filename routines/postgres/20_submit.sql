@@ -106,8 +106,12 @@ BEGIN
      WHERE id = p_process_id
     RETURNING priority, weight INTO v_new;
     IF v_new.priority <> v_old.priority THEN
+        -- Waiting and running tasks alike (a running one handed back takes its
+        -- turn at the new priority), each through its own index.
         UPDATE stageq.tasks SET process_priority = v_new.priority
-         WHERE process_id = p_process_id AND process_priority <> v_new.priority;
+         WHERE process_id = p_process_id AND state <> 'running' AND process_priority <> v_new.priority;
+        UPDATE stageq.tasks SET process_priority = v_new.priority
+         WHERE process_id = p_process_id AND state = 'running' AND process_priority <> v_new.priority;
     END IF;
     IF v_new.weight <> v_old.weight THEN
         v_stride := 1000000 / v_new.weight;

@@ -15,8 +15,15 @@ DECLARE
     v_n      bigint;
 BEGIN
     SELECT current_order, paused, weight, priority INTO v_p FROM stageq.processes WHERE id = p_process_id;
-    SELECT t.execution_order INTO v_new FROM stageq.tasks t
-     WHERE t.process_id = p_process_id ORDER BY t.execution_order LIMIT 1;
+    -- The lowest order left: of the tasks waiting (tasks_waiting) and of those
+    -- running (tasks_running), which that index leaves out; a seek in each.
+    SELECT least((SELECT t.execution_order FROM stageq.tasks t
+                   WHERE t.process_id = p_process_id AND t.state <> 'running'
+                   ORDER BY t.execution_order LIMIT 1),
+                 (SELECT t.execution_order FROM stageq.tasks t
+                   WHERE t.process_id = p_process_id AND t.state = 'running'
+                   ORDER BY t.execution_order LIMIT 1))
+      INTO v_new;
 
     IF v_new IS NULL THEN
         UPDATE stageq.processes
@@ -67,6 +74,22 @@ BEGIN
             OR finished_at IS NOT NULL);
 END $function$;
 
+-- Whether any task of the process's stage is left, waiting or running: a seek
+-- in tasks_waiting, which leaves the running ones out, and one in
+-- tasks_running. (An order of NULL has no tasks.)
+CREATE OR REPLACE FUNCTION stageq_routines.stage_left(p_process_id bigint, p_order integer)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM stageq.tasks t
+                    WHERE t.process_id = p_process_id AND t.execution_order = p_order
+                      AND t.state <> 'running')
+        OR EXISTS (SELECT 1 FROM stageq.tasks t
+                    WHERE t.process_id = p_process_id AND t.state = 'running'
+                      AND t.execution_order = p_order)
+$function$;
+
 CREATE OR REPLACE FUNCTION stageq_routines.advance(p_process_ids bigint[])
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -77,8 +100,7 @@ BEGIN
     FOR v_pid IN
         SELECT p.id FROM stageq.processes p
          WHERE p.id = ANY (p_process_ids) AND p.state IN ('active', 'failed')
-           AND (NOT EXISTS (SELECT 1 FROM stageq.tasks t
-                             WHERE t.process_id = p.id AND t.execution_order = p.current_order)
+           AND (NOT stageq_routines.stage_left(p.id, p.current_order)
                 OR (p.state = 'active' AND EXISTS (SELECT 1 FROM stageq.tasks t
                                                     WHERE t.process_id = p.id AND t.state = 'failed')))
          ORDER BY p.id

@@ -106,8 +106,7 @@ BEGIN
         SELECT p.id FROM stageq.processes p
          WHERE p.state IN ('active', 'failed')
            AND (p.current_order IS NULL
-                OR NOT EXISTS (SELECT 1 FROM stageq.tasks t
-                                WHERE t.process_id = p.id AND t.execution_order = p.current_order))
+                OR NOT stageq_routines.stage_left(p.id, p.current_order))
          LIMIT p_max) p;
     IF v_pids IS NOT NULL THEN
         PERFORM count(*) FROM stageq_routines.advance(v_pids);

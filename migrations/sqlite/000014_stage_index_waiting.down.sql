@@ -1,0 +1,2 @@
+-- Version 14 changes nothing on this dialect (see the up file).
+SELECT 1;
