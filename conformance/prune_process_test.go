@@ -13,9 +13,11 @@ import (
 // submission to a process takes that lock before it adds tasks. With a
 // submission to an ended process held open, the prune must leave the process
 // alone, and once the submission commits its task must still have its
-// process. PostgreSQL keeps this with the locks alone: since schema version 14
-// no foreign key from tasks to processes checks it (migrations/postgres/
-// 000014_stage_index_waiting.up.sql).
+// process. Since schema version 14 no foreign key from tasks to processes
+// checks this on PostgreSQL (migrations/postgres/000014_stage_index_waiting.up.sql):
+// the process's row lock does, and, for a submission that commits between the
+// prune's snapshot and its lock, the prune's re-check of the process's state,
+// which the submission set active again.
 func TestPruneSkipsAProcessBeingFilled(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		if db.Dialect == "sqlite" {

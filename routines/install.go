@@ -6,9 +6,11 @@
 // (SQLite keeps its logic in Go and installs none). A binary calls only its own
 // version. A rolling upgrade from N to N+1 is therefore:
 //
-//  1. `queuectl migrate up` with the N+1 binary: table migrations that only add
-//     (the floor stays at or below N, so N's workers keep running and
-//     restarting), then routines N+1 installed beside N, and the public entry
+//  1. `queuectl migrate up` with the N+1 binary: table migrations that leave
+//     N's statements correct (they add, or, like PostgreSQL's version 14, take
+//     away only what makes N's statements fast; the floor stays at or below N,
+//     so N's workers keep running and restarting), then routines N+1
+//     installed beside N, and the public entry
 //     points (stageq.enqueue, stageq.submit) re-pointed to N+1;
 //  2. restart the workers one at a time: each N+1 worker calls stageq_r<N+1>,
 //     the N workers still running call stageq_r<N>, on the same rows;

@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {4, "2d10ec8bafa6b05f4bc544338e9e063016e57ea524028c10fe9b919bcbc76153"},
+	"postgres":  {4, "2370beb4b4b6e78fdda9d02b4555fd000314fea6447b7d4cc8c93b4b3ebe445f"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

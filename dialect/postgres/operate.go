@@ -76,14 +76,20 @@ SELECT id, name, state, paused, current_order, priority, weight, max_parallel
  ORDER BY name`
 
 // stageCountSQL counts the tasks in the queue per process, stage and state.
+// A process's tasks are read in two parts, the waiting ones (tasks_waiting)
+// and the running ones (tasks_running): no index holds both.
 const stageCountSQL = `
-SELECT t.process_id, t.execution_order,
+SELECT p.id, t.execution_order,
        count(*) FILTER (WHERE t.state IN ('blocked', 'scheduled', 'available')),
        count(*) FILTER (WHERE t.state = 'running'),
        count(*) FILTER (WHERE t.state = 'failed')
-  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
+  FROM stageq.processes p
+ CROSS JOIN LATERAL (
+       SELECT w.execution_order, w.state FROM stageq.tasks w WHERE w.process_id = p.id AND w.state <> 'running'
+       UNION ALL
+       SELECT r.execution_order, r.state FROM stageq.tasks r WHERE r.process_id = p.id AND r.state = 'running') t
  WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
- GROUP BY t.process_id, t.execution_order`
+ GROUP BY p.id, t.execution_order`
 
 // stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks).
 const stageDoneSQL = `

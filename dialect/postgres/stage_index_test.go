@@ -14,8 +14,9 @@ import (
 // state must now ask tasks_running for the running ones, or it reads the whole
 // table: the lowest order left and the stage barrier (open_stage, advance and
 // the rescue's pass over open processes), the configuration of a priority, the
-// lower stages a waiting task names (queuectl why), and the prune of an empty
-// process. None may scan Tasks.
+// lower stages a waiting task names (queuectl why), a process's task list and
+// stage counts (queuectl, the dashboard), and the prune of an empty process.
+// None may scan Tasks.
 func TestStageReadsSeekWithoutTheRunningTasks(t *testing.T) {
 	ctx := context.Background()
 	d := migratedDB(t)
@@ -76,12 +77,22 @@ SELECT min(t.id) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process
 	}
 	before := settled()
 
+	op, err := dialect.AsOperator(d)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w, err := d.(dialect.Inspector).TaskWait(ctx, blocked, time.Minute)
 	if err != nil {
 		t.Fatalf("why: %v", err)
 	}
 	if w.LowerCount != running {
 		t.Errorf("why: %d lower-stage tasks counted, want the %d running", w.LowerCount, running)
+	}
+	if tasks, err := d.TaskList(ctx, dialect.TaskFilter{Process: "big", Limit: 1000}); err != nil || len(tasks) != running+waiting {
+		t.Errorf("task list of the process: %d tasks, %v; want %d", len(tasks), err, running+waiting)
+	}
+	if ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: "big"}); err != nil || len(ps) != 1 || len(ps[0].Stages) != 2 {
+		t.Errorf("status of the process: %+v, %v; want its two stages", ps, err)
 	}
 	if busy, err := d.(dialect.StageAdvancer).StagesAdvance(ctx, []int64{claimed[0].ProcessID}); err != nil || len(busy) > 0 {
 		t.Fatalf("advance with the stage running: busy %v, %v", busy, err)
@@ -91,10 +102,6 @@ SELECT min(t.id) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process
 	}
 	if n, err := d.(dialect.Pruner).PruneProcesses(ctx, dialect.PruneParams{Age: 24 * time.Hour, Batch: 100}); err != nil || n != 1 {
 		t.Fatalf("prune: %d processes, %v; want the ended one", n, err)
-	}
-	op, err := dialect.AsOperator(d)
-	if err != nil {
-		t.Fatal(err)
 	}
 	prio := 5
 	if err := op.ProcessConfigure(ctx, nil, "big", dialect.ProcessSettings{Priority: &prio}); err != nil {

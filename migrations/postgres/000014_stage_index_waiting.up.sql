@@ -34,6 +34,30 @@
 -- upgrade run correctly on these tables, but their routines (version 3) find a
 -- process's lowest stage, and whether its open stage emptied, by scanning
 -- Tasks until they are replaced.
+
+-- Version-13 workers keep running while this migrates (a rolling upgrade),
+-- and their transactions lock processes and tasks in either order; taken one
+-- at a time, as the statements below would take them, this migration and a
+-- worker could each wait for the other until PostgreSQL's deadlock check
+-- ended one, and a migration that fails leaves golang-migrate's version
+-- dirty. So both tables are locked first, together, and a try that has waited
+-- a second or met a deadlock lets go of both and tries again, letting the
+-- workers' transactions pass in between. While the indexes build, every
+-- worker waits: seconds for a million queued tasks.
+DO $$
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '1s', true);
+            LOCK TABLE stageq.processes, stageq.tasks IN ACCESS EXCLUSIVE MODE;
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            PERFORM pg_sleep(0.1);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', '0', true);
+END $$;
+
 CREATE INDEX tasks_waiting ON stageq.tasks (process_id, execution_order) WHERE state <> 'running';
 DROP INDEX stageq.tasks_stage;
 DROP INDEX stageq.tasks_running;

@@ -131,7 +131,7 @@ BEGIN
     -- still there are all running (perhaps finishing in other transactions
     -- right now).
     -- One row per (process, stage) of the batch, not per task: the check below
-    -- walks the stage's index past its running tasks to the first waiting one.
+    -- is a seek in tasks_waiting, which leaves running tasks out.
     SELECT array_agg(d.pid), array_agg(d.ord) INTO v_pids, v_orders
       FROM (SELECT DISTINCT u.pid, u.ord FROM unnest(v_pids, v_orders) AS u(pid, ord)) d;
     RETURN QUERY
