@@ -8,7 +8,8 @@ import (
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
+
+	"github.com/stageq/stageq/migrations"
 )
 
 // TestDownTo12NeedsVersion12Logic: migrations 1 to 12 of this release create
@@ -21,16 +22,7 @@ func TestDownTo12NeedsVersion12Logic(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
 		db.skipDialect(t, "sqlite", "SQLite keeps its logic in the binary: any schema version's tables are all a binary needs")
 		ctx := context.Background()
-		s := db.D.Schema()
-		drv, err := s.Driver(ctx, db.D.DB())
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := iofs.New(s.Files, ".")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := migrate.NewWithInstance("iofs", src, db.Dialect, drv)
+		m, err := migrations.Migrator(ctx, db.D)
 		if err != nil {
 			t.Fatal(err)
 		}

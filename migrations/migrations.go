@@ -85,7 +85,9 @@ func Expected(s dialect.Schema) (uint, error) {
 	return vs[len(vs)-1], nil
 }
 
-func newMigrate(ctx context.Context, t Target) (*migrate.Migrate, error) {
+// Migrator opens golang-migrate on the dialect's embedded migrations, for a
+// step this package does not take itself (down to a version, in tests).
+func Migrator(ctx context.Context, t Target) (*migrate.Migrate, error) {
 	s, err := schemaOf(t)
 	if err != nil {
 		return nil, err
@@ -140,7 +142,7 @@ func Up(ctx context.Context, t Target) (uint, error) {
 }
 
 func upTables(ctx context.Context, t Target) (uint, error) {
-	m, err := newMigrate(ctx, t)
+	m, err := Migrator(ctx, t)
 	if err != nil {
 		return 0, err
 	}

@@ -21,13 +21,9 @@ SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t
  WHERE t.id = $1`,
 	Lower: `
 SELECT ` + dialect.TaskRefCols + `
-  -- tasks_waiting holds the lower stages' tasks but the running ones.
-  FROM (SELECT * FROM stageq.tasks w
-         WHERE w.process_id = $1 AND w.execution_order < $2 AND w.state <> 'running'
-        UNION ALL
-        SELECT * FROM stageq.tasks r
-         WHERE r.process_id = $1 AND r.state = 'running' AND r.execution_order < $2) t
+  FROM ` + tasksOf("$1") + ` t
   JOIN stageq.processes p ON p.id = t.process_id
+ WHERE t.execution_order < $2
  ORDER BY t.execution_order, CASE t.state WHEN 'failed' THEN 0 WHEN 'running' THEN 1 ELSE 2 END, t.id
  LIMIT $3`,
 	RunningProcess: `

@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-migrate/migrate/v4"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/stageq/stageq/migrations"
 )
 
 // TestMigration14BesideAVersion13Worker: migration 14 locks Tasks and
@@ -21,16 +20,7 @@ import (
 func TestMigration14BesideAVersion13Worker(t *testing.T) {
 	ctx := context.Background()
 	d := migratedDB(t)
-	s := d.Schema()
-	drv, err := s.Driver(ctx, d.DB())
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := iofs.New(s.Files, ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, "postgres", drv)
+	m, err := migrations.Migrator(ctx, d)
 	if err != nil {
 		t.Fatal(err)
 	}

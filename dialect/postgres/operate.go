@@ -75,19 +75,14 @@ SELECT id, name, state, paused, current_order, priority, weight, max_parallel
  WHERE ($1 = '' OR name = $1) AND ($2 OR $1 <> '' OR state NOT IN ('succeeded', 'cancelled'))
  ORDER BY name`
 
-// stageCountSQL counts the tasks in the queue per process, stage and state.
-// A process's tasks are read in two parts, the waiting ones (tasks_waiting)
-// and the running ones (tasks_running): no index holds both.
-const stageCountSQL = `
+// stageCountSQL counts the tasks in the queue per process, stage and state,
+// reading them by process (tasksOf).
+var stageCountSQL = `
 SELECT p.id, t.execution_order,
        count(*) FILTER (WHERE t.state IN ('blocked', 'scheduled', 'available')),
        count(*) FILTER (WHERE t.state = 'running'),
        count(*) FILTER (WHERE t.state = 'failed')
-  FROM stageq.processes p
- CROSS JOIN LATERAL (
-       SELECT w.execution_order, w.state FROM stageq.tasks w WHERE w.process_id = p.id AND w.state <> 'running'
-       UNION ALL
-       SELECT r.execution_order, r.state FROM stageq.tasks r WHERE r.process_id = p.id AND r.state = 'running') t
+  FROM stageq.processes p CROSS JOIN LATERAL ` + tasksOf("p.id") + ` t
  WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
  GROUP BY p.id, t.execution_order`
 

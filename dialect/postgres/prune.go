@@ -27,15 +27,13 @@ DELETE FROM stageq.workers WHERE id IN (
 
 	// A process row is locked by submit and by every task change, so one being
 	// filled again is skipped; a process found empty under the lock stays empty
-	// until this deletion commits. "Empty" is two probes: tasks_waiting leaves
-	// the running tasks to tasks_running.
+	// until this deletion commits.
 	Processes: `
 DELETE FROM stageq.processes WHERE id IN (
     SELECT p.id FROM stageq.processes p
      WHERE p.finished_at < now() - $1 * interval '1 millisecond'
        AND p.state IN ('succeeded', 'cancelled') AND p.name <> 'default'
-       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id AND t.state <> 'running')
-       AND NOT EXISTS (SELECT 1 FROM stageq.tasks t WHERE t.process_id = p.id AND t.state = 'running')
+       AND NOT EXISTS (SELECT 1 FROM ` + tasksOf("p.id") + ` t)
      ORDER BY p.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 
 	Record: `

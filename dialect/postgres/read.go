@@ -14,16 +14,11 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
  ORDER BY started_at, id
  LIMIT $6`
 
-// taskListSQL reads each process's tasks in two parts, the waiting ones
-// (tasks_waiting) and the running ones (tasks_running): no index holds both.
-const taskListSQL = `
+// taskListSQL reads tasks by process (tasksOf).
+var taskListSQL = `
 SELECT t.id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
        t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, '')
-  FROM stageq.processes p
- CROSS JOIN LATERAL (
-       SELECT * FROM stageq.tasks w WHERE w.process_id = p.id AND w.state <> 'running'
-       UNION ALL
-       SELECT * FROM stageq.tasks r WHERE r.process_id = p.id AND r.state = 'running') t
+  FROM stageq.processes p CROSS JOIN LATERAL ` + tasksOf("p.id") + ` t
  WHERE ($1 = '' OR p.name = $1)
    AND ($2 = '' OR t.state = $2)
  ORDER BY p.name, t.execution_order, t.id

@@ -31,7 +31,8 @@
 -- changes nothing.
 --
 -- The floor stays at 13: version-13 workers still running during a rolling
--- upgrade run correctly on these tables, but their routines (version 3) find a
+-- upgrade run on these tables (their statements need no index to be right),
+-- but their routines (version 3) find a
 -- process's lowest stage, and whether its open stage emptied, by scanning
 -- Tasks until they are replaced.
 
@@ -43,7 +44,8 @@
 -- dirty. So both tables are locked first, together, and a try that has waited
 -- a second or met a deadlock lets go of both and tries again, letting the
 -- workers' transactions pass in between. While the indexes build, every
--- worker waits: seconds for a million queued tasks.
+-- worker waits (0.9 s for this file on 1,001,000 queued tasks, none running,
+-- on the 2-core development machine).
 DO $$
 BEGIN
     LOOP

@@ -2,8 +2,10 @@
 -- running and drops its foreign key from tasks to processes, which needed an
 -- index of every task by process
 -- (migrations/postgres/000014_stage_index_waiting.up.sql), to spare every
--- claim a write there. This dialect updates only the indexes whose columns a
--- statement changes, so a claim never wrote to its stage index, and that
--- index still serves its foreign key's check: no change here; the file keeps
--- the three dialects' version numbers aligned.
+-- claim a write there. A claim here changes no column of IX_Tasks_Stage, and
+-- SQL Server is expected to leave a nonclustered index alone when none of its
+-- key, included or filter columns changes; that index also still serves the
+-- foreign key's check. Neither looked up in Microsoft's documentation nor seen
+-- on a SQL Server. No change here; the file keeps the three dialects' version
+-- numbers aligned.
 SELECT 1;
