@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {4, "2370beb4b4b6e78fdda9d02b4555fd000314fea6447b7d4cc8c93b4b3ebe445f"},
+	"postgres":  {5, "c5ead2acea4a71e6c68f45c4c4398377e641280bbe05cfdb3c8005befb45ce30"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

@@ -93,6 +93,11 @@ $function$;
 CREATE OR REPLACE FUNCTION stageq_routines.advance(p_process_ids bigint[])
  RETURNS SETOF bigint
  LANGUAGE plpgsql
+ -- For this function and open_stage, stamp_base and stamp_done under it: each
+ -- reads and writes a process by its key, and a planner that judged Processes
+ -- small (statistics taken before a burst of new processes) scanned all of it
+ -- for each, so the stage ends of P processes read P × P rows.
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
     v_pid bigint;

@@ -1,0 +1,92 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// TestClaimFinishAdvanceProbeProcessesByKey: statistics of Processes taken
+// while it held one process (a new queue; the statistics autovacuum had before
+// a burst of new processes) must not make a claim, a finish or a stage's end
+// read every process. Routines version 4 joined each claimed task to Processes
+// and the planner, seeing a table of a row or two, scanned it once per task
+// (15,569 rows for 322 tasks over 100 processes, in a drain); finish_many's
+// stage check tested every process against every (process, stage) of the
+// batch; advance and open_stage scanned it for each process whose stage ended.
+func TestClaimFinishAdvanceProbeProcessesByKey(t *testing.T) {
+	ctx := context.Background()
+	d := migratedDB(t)
+	const procs, per = 200, 5
+	const n = procs * per
+	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('solo', NULL)`)
+	execSQL(t, d, "ANALYZE stageq.processes")
+	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
+	execSQL(t, d, `
+INSERT INTO stageq.processes (name, current_order)
+SELECT 'q' || g, 100 FROM generate_series(1, $1) g`, procs)
+	execSQL(t, d, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
+SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
+  FROM stageq.processes p, generate_series(1, $1) g
+ WHERE p.name LIKE 'q%'`, per)
+
+	readsBefore := processRowsRead(t, d)
+	var claimed []dialect.ClaimedTask
+	for len(claimed) < n {
+		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 300, Token: 1, Lease: time.Minute})
+		if err != nil || len(got) == 0 {
+			t.Fatalf("claim: %d tasks after %d, %v", len(got), len(claimed), err)
+		}
+		claimed = append(claimed, got...)
+	}
+	var advance []int64
+	for i := 0; i < n; i += 300 {
+		var ps []dialect.FinishParams
+		for _, c := range claimed[i:min(i+300, n)] {
+			ps = append(ps, dialect.FinishParams{TaskID: c.ID, Token: c.Token, ProcessID: c.ProcessID, Outcome: dialect.OutcomeSucceeded})
+		}
+		res, err := d.(dialect.BatchFinisher).TaskFinishMany(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		advance = append(advance, res.Advance...)
+	}
+	// Each process's stage ended with its last task: the advance that follows
+	// the commit ends the process.
+	busy, err := d.(dialect.StageAdvancer).StagesAdvance(ctx, advance)
+	if err != nil || len(busy) != 0 {
+		t.Fatalf("advance: busy %v, %v", busy, err)
+	}
+	var ended int
+	if err := d.DB().QueryRowContext(ctx, `SELECT count(*) FROM stageq.processes WHERE name LIKE 'q%' AND state = 'succeeded'`).Scan(&ended); err != nil || ended != procs {
+		t.Fatalf("%d processes succeeded, want %d (%v)", ended, procs, err)
+	}
+	// Every backend has reported once the tasks' counters show all of it.
+	waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
+		return s.Updated == n && s.Deleted == n, s.Updated > n || s.Deleted > n
+	})
+	r := processRowsRead(t, d) - readsBefore
+	t.Logf("process rows read to claim, finish and advance %d tasks: %d", n, r)
+	// A probe per claimed task, one per (process, stage) of each finish batch
+	// and a few per process whose stage ended: under 3n. A scan per task reads
+	// procs rows each (version 4: over 180,000 here).
+	if r > 3*n {
+		t.Errorf("claiming, finishing and advancing %d tasks of %d processes read %d process rows, want at most %d (a key probe each)", n, procs, r, 3*n)
+	}
+}
+
+// processRowsRead is how many rows of Processes scans have returned so far,
+// sequential and by index.
+func processRowsRead(t *testing.T, d dialect.Dialect) int64 {
+	t.Helper()
+	var r int64
+	if err := d.DB().QueryRowContext(context.Background(), `
+SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+  FROM pg_stat_user_tables WHERE relid = 'stageq.processes'::regclass`).Scan(&r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
