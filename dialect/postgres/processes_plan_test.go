@@ -2,10 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
 )
 
 // TestClaimFinishAdvanceProbeProcessesByKey: statistics of Processes taken
@@ -75,6 +77,38 @@ SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
 	// procs rows each (version 4: over 180,000 here).
 	if r > 3*n {
 		t.Errorf("claiming, finishing and advancing %d tasks of %d processes read %d process rows, want at most %d (a key probe each)", n, procs, r, 3*n)
+	}
+}
+
+// TestSubmitProbesProcessesByKey: as above, for submissions: each new process's
+// submission looks it up by name and opens its stage by key, so a burst of P
+// new processes reads O(P) process rows, not P × P.
+func TestSubmitProbesProcessesByKey(t *testing.T) {
+	ctx := context.Background()
+	d := migratedDB(t)
+	const procs = 200
+	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('solo', NULL)`)
+	execSQL(t, d, "ANALYZE stageq.processes")
+	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
+
+	before := processRowsRead(t, d)
+	for i := range procs {
+		_, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: fmt.Sprintf("q%d", i), Tasks: []stages.Resolved{
+			{Order: 100, Kind: "sql", Body: "SELECT 1", MaxAttempts: 3},
+			{Order: 200, Kind: "sql", Body: "SELECT 2", MaxAttempts: 3},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
+		return s.Inserted == 2*procs, s.Inserted > 2*procs
+	})
+	r := processRowsRead(t, d) - before
+	t.Logf("process rows read by %d submissions of new processes: %d", procs, r)
+	// A few key probes per submission; a scan reads every process so far.
+	if r > 20*procs {
+		t.Errorf("%d submissions read %d process rows, want at most %d (key probes)", procs, r, 20*procs)
 	}
 }
 

@@ -131,6 +131,12 @@ END $function$;
 CREATE OR REPLACE FUNCTION stageq_routines.submit(p_process text, p_tasks jsonb)
  RETURNS TABLE(process_id bigint, task_id bigint)
  LANGUAGE plpgsql
+ -- As advance: here and in open_stage and the fairness stamps under it, a
+ -- process is read by its name or key, never by a scan of Processes, whatever
+ -- its statistics say (taken before a burst of new processes, they made each
+ -- submission of one read them all).
+ SET enable_seqscan TO 'off'
+ SET jit TO 'off' -- see claim (40_claim.sql)
 AS $function$
 DECLARE
     v_p      record;

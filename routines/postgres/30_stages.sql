@@ -98,6 +98,7 @@ CREATE OR REPLACE FUNCTION stageq_routines.advance(p_process_ids bigint[])
  -- small (statistics taken before a burst of new processes) scanned all of it
  -- for each, so the stage ends of P processes read P × P rows.
  SET enable_seqscan TO 'off'
+ SET jit TO 'off' -- see claim (40_claim.sql)
 AS $function$
 DECLARE
     v_pid bigint;

@@ -47,6 +47,7 @@ CREATE OR REPLACE FUNCTION stageq_routines.finish_many(p_ids bigint[], p_tokens 
  -- analyzed then) they read all of Logs on every call until autovacuum
  -- analyzes it again. Every statement here has an index to seek.
  SET enable_seqscan TO 'off'
+ SET jit TO 'off' -- see claim (40_claim.sql)
 AS $function$
 DECLARE
     v_ids    bigint[];

@@ -44,6 +44,7 @@ CREATE OR REPLACE FUNCTION stageq_routines.rescue(p_max integer)
  RETURNS integer
  LANGUAGE plpgsql
  SET enable_seqscan TO 'off' -- as finish_many: its Logs update seeks logs_task
+ SET jit TO 'off' -- see claim (40_claim.sql)
 AS $function$
 DECLARE
     r record;
