@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {5, "b64fbecdcc954eb8e73d3f3eb89c74e77014840b42d7afc7ef72c20235a0a968"},
+	"postgres":  {5, "e29f5a849a42f8c8214569d14ea27accc8a8a900c92d25a5b4cb6f316b408ed2"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

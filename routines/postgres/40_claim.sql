@@ -139,7 +139,8 @@ CREATE OR REPLACE FUNCTION stageq_routines.claim(p_max integer, p_worker text, p
  -- sequence stageq.vclock in vnow and stamp_done, under open_stage) is still
  -- planned, at a cost over 10^10: far past jit_above_cost, so PostgreSQL
  -- compiled it to machine code on every call, 9 ms each (seen: stage handoffs
- -- took 28 ms instead of 1.6 ms). Nothing here runs long enough to gain by JIT.
+ -- took 28 ms instead of 1.6 ms). enable_sort off could do the same to a
+ -- statement that must sort (none seen). Nothing here gains by JIT.
  SET jit TO 'off'
 AS $function$
 DECLARE
@@ -199,11 +200,17 @@ BEGIN
             -- process once per task taken whenever Processes looked small (a
             -- few pages, or statistics taken before a burst of new processes):
             -- 15,569 rows for 322 tasks, 2 ms of a 5.5 ms claim, in a drain
-            -- over 100 processes.
-            SELECT u.id, u.process_id, (SELECT p.name FROM stageq.processes p WHERE p.id = u.process_id),
-                   u.execution_order, u.kind, u.body, u.attempt,
-                   u.max_attempts, u.atomic, u.abandons, u.schedule_name, u.scheduled_for
-              FROM u;
+            -- over 100 processes. A task whose process row is gone (only a
+            -- hand-made DELETE does that since migration 14 dropped the foreign
+            -- key) is left out, as the join left it out: with a NULL name the
+            -- claim's Logs row would fail, and every claim after it. (OFFSET 0
+            -- keeps the probe to one per task.)
+            SELECT n.* FROM (
+                SELECT u.id, u.process_id, (SELECT p.name FROM stageq.processes p WHERE p.id = u.process_id) AS name,
+                       u.execution_order, u.kind, u.body, u.attempt,
+                       u.max_attempts, u.atomic, u.abandons, u.schedule_name, u.scheduled_for
+                  FROM u OFFSET 0) n
+             WHERE n.name IS NOT NULL;
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_got := v_got + v_n;
         -- Nothing taken: what is left at this priority is another claim's.
