@@ -26,14 +26,7 @@ func TestClaimFinishAdvanceProbeProcessesByKey(t *testing.T) {
 	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('solo', NULL)`)
 	execSQL(t, d, "ANALYZE stageq.processes")
 	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
-	execSQL(t, d, `
-INSERT INTO stageq.processes (name, current_order)
-SELECT 'q' || g, 100 FROM generate_series(1, $1) g`, procs)
-	execSQL(t, d, `
-INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
-SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
-  FROM stageq.processes p, generate_series(1, $1) g
- WHERE p.name LIKE 'q%'`, per)
+	addRunnable(t, d, procs, per)
 
 	readsBefore := processRowsRead(t, d)
 	var claimed []dialect.ClaimedTask
@@ -73,7 +66,7 @@ SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
 	})
 	r := processRowsRead(t, d) - readsBefore
 	var ended int
-	if err := d.DB().QueryRowContext(ctx, `SELECT count(*) FROM stageq.processes WHERE name LIKE 'q%' AND state = 'succeeded'`).Scan(&ended); err != nil || ended != procs {
+	if err := d.DB().QueryRowContext(ctx, `SELECT count(*) FROM stageq.processes WHERE name LIKE 'p%' AND state = 'succeeded'`).Scan(&ended); err != nil || ended != procs {
 		t.Fatalf("%d processes succeeded, want %d (%v)", ended, procs, err)
 	}
 	t.Logf("process rows read to claim, finish and advance %d tasks: %d", n, r)
