@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {5, "e29f5a849a42f8c8214569d14ea27accc8a8a900c92d25a5b4cb6f316b408ed2"},
+	"postgres":  {5, "916664a9d00947a7b4d0ab0a8dff3304ae4741f01a80475dd9812fd2c2e5d71f"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

@@ -134,3 +134,39 @@ SELECT count(*) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_
 		t.Errorf("the stage reads scanned Tasks %d times, want none (each a seek on tasks_waiting or tasks_running)", n)
 	}
 }
+
+// TestStageCheckStartsFromTheNewestWaitingTask: a finish asks whether its
+// stage still has a waiting task. The tasks a stage has handed out keep their
+// tasks_waiting entries, dead, until a scan or vacuum clears them, and they are
+// mostly its oldest; read from the oldest, the check stepped over each of them
+// first. Here 600 of a stage's 1,000 tasks are running when one of them
+// finishes: the check must find a waiting task at once.
+func TestStageCheckStartsFromTheNewestWaitingTask(t *testing.T) {
+	ctx := context.Background()
+	d := migratedDB(t)
+	const n, running = 1000, 600
+	addRunnable(t, d, 1, n)
+	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
+	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Minute})
+	if err != nil || len(claimed) != running {
+		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
+	}
+	reads := func(deleted int64) int64 {
+		t.Helper()
+		return waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
+			return s.Updated == running && s.Deleted == deleted, s.Updated > running || s.Deleted > deleted
+		}).IndexRead
+	}
+	before := reads(0)
+	c := claimed[0]
+	res, err := d.(dialect.BatchFinisher).TaskFinishMany(ctx, []dialect.FinishParams{
+		{TaskID: c.ID, Token: c.Token, ProcessID: c.ProcessID, Outcome: dialect.OutcomeSucceeded}})
+	if err != nil || !res.Held[0] || len(res.Advance) != 0 {
+		t.Fatalf("finish: %+v, %v (the stage has %d tasks waiting: nothing to advance)", res, err, n-running)
+	}
+	r := reads(1) - before
+	t.Logf("tasks_waiting entries read by the stage check: %d", r)
+	if r > 10 {
+		t.Errorf("the stage check read %d tasks_waiting entries beside %d running tasks, want a few (the newest first)", r, running)
+	}
+}
