@@ -28,7 +28,7 @@ func TestClaimFinishAdvanceProbeProcessesByKey(t *testing.T) {
 	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
 	addRunnable(t, d, procs, per)
 
-	readsBefore := processRowsRead(t, d)
+	readsBefore := processRowsRead(t, d, nil)
 	var claimed []dialect.ClaimedTask
 	for len(claimed) < n {
 		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 300, Token: 1, Lease: time.Minute})
@@ -61,10 +61,7 @@ func TestClaimFinishAdvanceProbeProcessesByKey(t *testing.T) {
 	waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
 		return s.Updated == n && s.Deleted == n, s.Updated > n || s.Deleted > n
 	})
-	waitStats(t, d, "stageq.processes", "processes_pkey", func(s tableStats) (bool, bool) {
-		return s.Updated >= procs, false
-	})
-	r := processRowsRead(t, d) - readsBefore
+	r := processRowsRead(t, d, func(s tableStats) bool { return s.Updated >= procs }) - readsBefore
 	var ended int
 	if err := d.DB().QueryRowContext(ctx, `SELECT count(*) FROM stageq.processes WHERE name LIKE 'p%' AND state = 'succeeded'`).Scan(&ended); err != nil || ended != procs {
 		t.Fatalf("%d processes succeeded, want %d (%v)", ended, procs, err)
@@ -89,7 +86,7 @@ func TestSubmitProbesProcessesByKey(t *testing.T) {
 	execSQL(t, d, "ANALYZE stageq.processes")
 	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
 
-	before := processRowsRead(t, d)
+	before := processRowsRead(t, d, nil)
 	for i := range procs {
 		_, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: fmt.Sprintf("q%d", i), Tasks: []stages.Resolved{
 			{Order: 100, Kind: "sql", Body: "SELECT 1", MaxAttempts: 3},
@@ -102,7 +99,7 @@ func TestSubmitProbesProcessesByKey(t *testing.T) {
 	waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
 		return s.Inserted == 2*procs, s.Inserted > 2*procs
 	})
-	r := processRowsRead(t, d) - before
+	r := processRowsRead(t, d, nil) - before
 	t.Logf("process rows read by %d submissions of new processes: %d", procs, r)
 	// A few key probes per submission; a scan reads every process so far.
 	if r > 20*procs {
@@ -137,14 +134,10 @@ VALUES (-1, 100, 'SELECT 1', 'available', now() - interval '2 hours')`)
 }
 
 // processRowsRead is how many rows of Processes scans have returned so far,
-// sequential and by index.
-func processRowsRead(t *testing.T, d dialect.Dialect) int64 {
+// sequential and by index, once ready (nil: at once) says its counters are in.
+func processRowsRead(t *testing.T, d dialect.Dialect, ready func(tableStats) bool) int64 {
 	t.Helper()
-	var r int64
-	if err := d.DB().QueryRowContext(context.Background(), `
-SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
-  FROM pg_stat_user_tables WHERE relid = 'stageq.processes'::regclass`).Scan(&r); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return waitStats(t, d, "stageq.processes", "processes_pkey", func(s tableStats) (bool, bool) {
+		return ready == nil || ready(s), false
+	}).RowsRead
 }

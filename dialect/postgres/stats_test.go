@@ -8,11 +8,11 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// tableStats are a table's row counters, its sequential scans and the entries
-// read through one of its indexes, from pg_stat_user_tables and
-// pg_stat_user_indexes.
+// tableStats are a table's row counters, its sequential scans, the rows its
+// scans returned (sequential and by index) and the entries read through one of
+// its indexes, from pg_stat_user_tables and pg_stat_user_indexes.
 type tableStats struct {
-	Inserted, Updated, Deleted, SeqScans, IndexRead int64
+	Inserted, Updated, Deleted, SeqScans, RowsRead, IndexRead int64
 }
 
 // waitStats polls table's counters (index: the one whose reads count) until
@@ -26,9 +26,10 @@ func waitStats(tb testing.TB, d dialect.Dialect, table, index string, ready func
 	for {
 		var s tableStats
 		if err := d.DB().QueryRowContext(context.Background(), `
-SELECT t.n_tup_ins, t.n_tup_upd, t.n_tup_del, t.seq_scan, i.idx_tup_read
+SELECT t.n_tup_ins, t.n_tup_upd, t.n_tup_del, t.seq_scan,
+       coalesce(t.seq_tup_read, 0) + coalesce(t.idx_tup_fetch, 0), i.idx_tup_read
   FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i ON i.relid = t.relid AND i.indexrelname = $2
- WHERE t.relid = $1::regclass`, table, index).Scan(&s.Inserted, &s.Updated, &s.Deleted, &s.SeqScans, &s.IndexRead); err != nil {
+ WHERE t.relid = $1::regclass`, table, index).Scan(&s.Inserted, &s.Updated, &s.Deleted, &s.SeqScans, &s.RowsRead, &s.IndexRead); err != nil {
 			tb.Fatal(err)
 		}
 		done, over := ready(s)
