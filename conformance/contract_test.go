@@ -16,14 +16,24 @@ import (
 // broke. Each subtest starts on a database of its own.
 func TestDialectContract(t *testing.T) {
 	for name, check := range map[string]func(*testing.T, *testDB){
-		"Submit":           contractSubmit,
-		"TaskFinish":       contractTaskFinish,
-		"TaskExtendLeases": contractTaskExtendLeases,
-		"ProcessConfigure": contractProcessConfigure,
-		"ProcessRetry":     contractProcessRetry,
-		"LimitSet":         contractLimitSet,
-		"Schedules":        contractSchedules,
-		"Leases":           contractLeases,
+		"Submit":            contractSubmit,
+		"TaskFinish":        contractTaskFinish,
+		"TaskExtendLeases":  contractTaskExtendLeases,
+		"ProcessConfigure":  contractProcessConfigure,
+		"ProcessRetry":      contractProcessRetry,
+		"LimitSet":          contractLimitSet,
+		"Schedules":         contractSchedules,
+		"Leases":            contractLeases,
+		"TaskClaim":         contractTaskClaim,
+		"TaskFinishMany":    contractTaskFinishMany,
+		"TaskRescueExpired": contractTaskRescueExpired,
+		"Workers":           contractWorkers,
+		"ProcessGet":        contractProcessGet,
+		"ProcessSetPaused":  contractProcessSetPaused,
+		"ProcessCancel":     contractProcessCancel,
+		"TaskOperations":    contractTaskOperations,
+		"LimitDelete":       contractLimitDelete,
+		"Prune":             contractPrune,
 	} {
 		t.Run(name, func(t *testing.T) {
 			forEachDialect(t, func(t *testing.T, db *testDB) { check(t, db) })

@@ -1,0 +1,238 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
+)
+
+// The operator's methods (dialect/operate.go) and the reads and retention
+// beside them, each pinned to what its interface documents. Registered in
+// TestDialectContract (contract_test.go).
+
+// stateOf reads task id's state ("gone" once it left the queue).
+func stateOf(t *testing.T, db *testDB, process string, id int64) string {
+	t.Helper()
+	for _, tk := range db.tasks(t, dialect.TaskFilter{Process: process}) {
+		if tk.ID == id {
+			return tk.State
+		}
+	}
+	return "gone"
+}
+
+// ProcessGet: ErrNotFound for an unknown name; a new process is active at
+// its lowest order.
+func contractProcessGet(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	if p, err := db.D.ProcessGet(ctx, "c-nobody"); !errors.Is(err, dialect.ErrNotFound) {
+		t.Fatalf("ProcessGet of an unknown process = %+v, %v; want ErrNotFound", p, err)
+	}
+	pid := twoStages(t, db, "c-get", 1)
+	p, err := db.D.ProcessGet(ctx, "c-get")
+	if err != nil || p.ID != pid || p.Name != "c-get" || p.State != dialect.ProcessActive || p.CurrentOrder == nil || *p.CurrentOrder != 1 {
+		t.Fatalf("ProcessGet = %+v, %v; want process %d, active, at order 1", p, err, pid)
+	}
+}
+
+// ProcessSetPaused: ErrNotFound for an unknown process; a paused process's
+// tasks are not claimed, and resumed they are.
+func contractProcessSetPaused(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	ctx := context.Background()
+	op := limOperator(t, db)
+	if err := op.ProcessSetPaused(ctx, "c-nobody", true); !errors.Is(err, dialect.ErrNotFound) {
+		t.Fatalf("pause an unknown process: %v; want ErrNotFound", err)
+	}
+	submitOneTask(t, db, "c-pause")
+	if err := op.ProcessSetPaused(ctx, "c-pause", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimAs(t, db, "w", 1, 10, nil); len(got) != 0 {
+		t.Fatalf("a claim took %+v of a paused process", got)
+	}
+	if err := op.ProcessSetPaused(ctx, "c-pause", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimAs(t, db, "w", 2, 10, nil); len(got) != 1 {
+		t.Fatalf("after resuming a claim took %d tasks; want the one", len(got))
+	}
+}
+
+// ProcessCancel removes what is not running and counts what still runs,
+// auditing each removal; with nothing left to remove it is ErrWrongState.
+func contractProcessCancel(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	ctx := context.Background()
+	op := limOperator(t, db)
+	if _, _, err := op.ProcessCancel(ctx, "c-nobody"); !errors.Is(err, dialect.ErrNotFound) {
+		t.Fatalf("cancel an unknown process: %v; want ErrNotFound", err)
+	}
+	twoStages(t, db, "c-cancel", 2)
+	running := claimAs(t, db, "w", 1, 1, nil)
+	removed, still, err := op.ProcessCancel(dialect.WithActor(ctx, "c-op"), "c-cancel")
+	if err != nil || removed != 2 || still != 1 {
+		t.Fatalf("cancel: removed %d, running %d, %v; want 2 removed (one of order 1, the order-2 task), 1 running", removed, still, err)
+	}
+	left := db.tasks(t, dialect.TaskFilter{Process: "c-cancel"})
+	if len(left) != 1 || left[0].ID != running[0].ID || left[0].State != dialect.StateRunning {
+		t.Fatalf("left after the cancel: %+v; want only the running task", left)
+	}
+	audit := db.logs(t, dialect.LogFilter{Process: "c-cancel", Outcome: dialect.OutcomeCancelled})
+	if len(audit) != 2 || audit[0].WorkerID != "c-op" {
+		t.Fatalf("cancel's Logs rows: %+v; want one per removed task, by c-op", audit)
+	}
+	if _, _, err := op.ProcessCancel(ctx, "c-cancel"); !errors.Is(err, dialect.ErrWrongState) {
+		t.Fatalf("cancel with only a running task left: %v; want ErrWrongState", err)
+	}
+}
+
+// TaskRetry, TaskDiscard and TaskCancel: ErrNotFound for a task not in the
+// queue; ErrWrongState where the state does not allow it (retry and discard
+// only a failed task, cancel only one not running), changing nothing; a
+// retried task runs again with fresh attempts, and discarding a failed task
+// lets the stages after it run.
+func contractTaskOperations(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	ctx := dialect.WithActor(context.Background(), "c-op")
+	op := limOperator(t, db)
+	for name, f := range map[string]func(context.Context, int64) error{
+		"retry": op.TaskRetry, "discard": op.TaskDiscard, "cancel": op.TaskCancel,
+	} {
+		if err := f(ctx, 987654321); !errors.Is(err, dialect.ErrNotFound) {
+			t.Errorf("%s of a task not in the queue: %v; want ErrNotFound", name, err)
+		}
+	}
+	twoStages(t, db, "c-task", 1)
+	var waiting int64
+	for _, tk := range db.tasks(t, dialect.TaskFilter{Process: "c-task"}) {
+		if tk.Order == 1 {
+			waiting = tk.ID
+		}
+	}
+	if err := op.TaskRetry(ctx, waiting); !errors.Is(err, dialect.ErrWrongState) {
+		t.Errorf("retry of an available task: %v; want ErrWrongState", err)
+	}
+	if err := op.TaskDiscard(ctx, waiting); !errors.Is(err, dialect.ErrWrongState) {
+		t.Errorf("discard of an available task: %v; want ErrWrongState", err)
+	}
+	running := claimAs(t, db, "w", 20, 1, nil)
+	if err := op.TaskCancel(ctx, running[0].ID); !errors.Is(err, dialect.ErrWrongState) {
+		t.Errorf("cancel of a running task: %v; want ErrWrongState", err)
+	}
+	if s := stateOf(t, db, "c-task", running[0].ID); s != dialect.StateRunning {
+		t.Fatalf("after refused operations the task is %s; want running", s)
+	}
+	if err := db.finish(context.Background(), dialect.FinishParams{TaskID: running[0].ID, Token: 20, ProcessID: running[0].ProcessID,
+		Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := db.D.ProcessGet(ctx, "c-task"); err != nil || p.State != dialect.ProcessFailed {
+		t.Fatalf("process after its task failed for good: %+v, %v; want failed", p, err)
+	}
+	if err := op.TaskRetry(ctx, waiting); err != nil {
+		t.Fatalf("retry of a failed task: %v", err)
+	}
+	again := claimAs(t, db, "w", 22, 10, nil)
+	if len(again) != 1 || again[0].ID != waiting || again[0].Attempt != 1 {
+		t.Fatalf("claim after the retry: %+v; want the retried task, as attempt 1 (fresh attempts)", again)
+	}
+	failOneFinish(t, db, again[0])
+	if err := op.TaskDiscard(ctx, waiting); err != nil {
+		t.Fatalf("discard of a failed task: %v", err)
+	}
+	if s := stateOf(t, db, "c-task", waiting); s != "gone" {
+		t.Fatalf("discarded task is %s; want it out of the queue", s)
+	}
+	if got := claimAs(t, db, "w", 23, 10, nil); len(got) != 1 || got[0].Order != 2 {
+		t.Fatalf("after discarding order 1's failed task the claim took %+v; want the order-2 task", got)
+	}
+	for _, o := range []dialect.Outcome{dialect.OutcomeRetried, dialect.OutcomeDiscarded} {
+		audit := db.logs(t, dialect.LogFilter{Process: "c-task", Outcome: o})
+		if len(audit) != 1 || audit[0].TaskID != waiting || audit[0].WorkerID != "c-op" {
+			t.Errorf("Logs rows %s: %+v; want one, for task %d, by c-op", o, audit, waiting)
+		}
+	}
+}
+
+// failOneFinish records c's attempt failed for good.
+func failOneFinish(t *testing.T, db *testDB, c dialect.ClaimedTask) {
+	t.Helper()
+	if err := db.finish(context.Background(), dialect.FinishParams{TaskID: c.ID, Token: c.Token, ProcessID: c.ProcessID,
+		Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// LimitDelete: ErrNotFound for a key with no limit; a deleted limit is gone.
+func contractLimitDelete(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	op := limOperator(t, db)
+	for _, none := range []string{"c-none", "kind:c-none", "process:c-nobody"} {
+		if err := op.LimitDelete(ctx, none); !errors.Is(err, dialect.ErrNotFound) {
+			t.Errorf("LimitDelete(%q) = %v; want ErrNotFound", none, err)
+		}
+	}
+	if err := op.LimitSet(ctx, "c-lim", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.LimitDelete(ctx, "c-lim"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := op.LimitGet(ctx, "c-lim"); !errors.Is(err, dialect.ErrNotFound) {
+		t.Fatalf("LimitGet after the delete = %+v, %v; want ErrNotFound", l, err)
+	}
+	if err := op.LimitDelete(ctx, "c-lim"); !errors.Is(err, dialect.ErrNotFound) {
+		t.Fatalf("a second delete: %v; want ErrNotFound", err)
+	}
+}
+
+// Pruner: no pass recorded reads as none; a recorded pass reads back; a
+// running attempt's Logs row and the default process are never deleted.
+func contractPrune(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	pr, ok := db.D.(dialect.Pruner)
+	if !ok {
+		t.Skipf("%s keeps everything", db.Dialect)
+	}
+	if s, ok, err := pr.PruneLast(ctx); err != nil || ok {
+		t.Fatalf("PruneLast before any pass: %+v, %v, %v; want none", s, ok, err)
+	}
+	rec := dialect.PruneStatus{WorkerID: "c-pruner", LogsDeleted: 3, ProcessesDeleted: 1, RetainLogs: time.Hour}
+	if err := pr.PruneRecord(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	s, ok, err := pr.PruneLast(ctx)
+	if err != nil || !ok || s.WorkerID != "c-pruner" || s.LogsDeleted != 3 || s.ProcessesDeleted != 1 || s.RanAt.IsZero() {
+		t.Fatalf("PruneLast = %+v, %v, %v; want the pass recorded, with its time", s, ok, err)
+	}
+	if db.Babelfish {
+		return // what follows claims (harness_test.go)
+	}
+	db.enqueue(t, "", 1, stages.Task{Body: "x"})
+	got := claimAs(t, db, "w", 30, 1, nil)
+	if len(got) != 1 || got[0].Process != "default" {
+		t.Fatalf("claim: %+v; want the default process's task", got)
+	}
+	time.Sleep(20 * time.Millisecond) // its Logs row starts before now - Age
+	if _, err := pr.PruneLogs(ctx, dialect.PruneParams{Age: time.Millisecond, Batch: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if logs := db.logs(t, dialect.LogFilter{TaskID: got[0].ID}); len(logs) != 1 {
+		t.Fatalf("a running attempt's Logs row after a prune: %d rows; want it kept", len(logs))
+	}
+	if err := db.finish(ctx, dialect.FinishParams{TaskID: got[0].ID, Token: 30, ProcessID: got[0].ProcessID, Outcome: dialect.OutcomeSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := pr.PruneProcesses(ctx, dialect.PruneParams{Age: time.Millisecond, Batch: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.D.ProcessGet(ctx, "default"); err != nil {
+		t.Fatalf("the default process after a prune: %v; want it kept", err)
+	}
+}

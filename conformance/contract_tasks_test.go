@@ -1,0 +1,246 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+)
+
+// The task path's methods, each pinned to what dialect/dialect.go documents:
+// TaskClaim, TaskFinishMany with StagesAdvance, TaskRescueExpired and the
+// worker rows. Registered in TestDialectContract (contract_test.go).
+
+// twoStages submits process with n tasks at order 1 and one at order 2, all
+// of kind work and one attempt, and returns the process's id.
+func twoStages(t *testing.T, db *testDB, process string, n int) int64 {
+	t.Helper()
+	sp := dialect.SubmitParams{Process: process}
+	for range n {
+		sp.Tasks = append(sp.Tasks, dialect.NewTask{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1})
+	}
+	sp.Tasks = append(sp.Tasks, dialect.NewTask{Order: 2, Kind: "work", Body: "later", MaxAttempts: 1})
+	res, err := db.D.Submit(context.Background(), nil, sp)
+	if err != nil {
+		t.Fatalf("submit %q: %v", process, err)
+	}
+	return res.ProcessID
+}
+
+// claimAs claims up to max tasks for worker with token, failing the test on
+// an error.
+func claimAs(t *testing.T, db *testDB, worker string, token int64, max int, kinds []string) []dialect.ClaimedTask {
+	t.Helper()
+	got, err := db.D.TaskClaim(context.Background(), dialect.ClaimParams{WorkerID: worker, Max: max, Token: token,
+		Lease: time.Minute, Kinds: kinds})
+	if err != nil {
+		t.Fatalf("claim (max %d, kinds %v): %v", max, kinds, err)
+	}
+	return got
+}
+
+// TaskClaim leases at most Max tasks, only of the kinds asked for and only
+// of the open stage, each under the claim's token and with its Logs row
+// opened for the worker; an empty queue is no error.
+func contractTaskClaim(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	pid := twoStages(t, db, "c-claim", 3)
+	if got := claimAs(t, db, "c-w", 1, 10, []string{"other"}); len(got) != 0 {
+		t.Fatalf("a claim for kind other took %d tasks of kind work", len(got))
+	}
+	got := claimAs(t, db, "c-w", 7, 2, nil)
+	if len(got) != 2 {
+		t.Fatalf("claim of max 2 took %d tasks", len(got))
+	}
+	for _, c := range got {
+		if c.Token != 7 || c.Attempt != 1 || c.Order != 1 || c.Process != "c-claim" || c.ProcessID != pid ||
+			c.Kind != "work" || c.Body != "x" || c.MaxAttempts != 1 {
+			t.Errorf("claimed %+v; want token 7, attempt 1 of 1, order 1 of c-claim (id %d), kind work, body x", c, pid)
+		}
+	}
+	logs := db.logs(t, dialect.LogFilter{Process: "c-claim"})
+	if len(logs) != 2 {
+		t.Fatalf("Logs after claiming 2: %d rows; want one per attempt", len(logs))
+	}
+	for _, l := range logs {
+		if l.Outcome != dialect.OutcomeRunning || l.WorkerID != "c-w" || l.Attempt != 1 || l.EndedAt != nil ||
+			!slices.ContainsFunc(got, func(c dialect.ClaimedTask) bool { return c.ID == l.TaskID }) {
+			t.Errorf("Logs row %+v; want a running attempt 1 of a claimed task, by c-w, not ended", l)
+		}
+	}
+	rest := claimAs(t, db, "c-w", 8, 10, nil)
+	if len(rest) != 1 || rest[0].Order != 1 {
+		t.Fatalf("the next claim took %+v; want the third order-1 task only (order 2 waits for order 1)", rest)
+	}
+	if more := claimAs(t, db, "c-w", 9, 10, nil); len(more) != 0 {
+		t.Fatalf("with every order-1 task running a claim took %+v; want nothing", more)
+	}
+	for _, tk := range db.tasks(t, dialect.TaskFilter{Process: "c-claim"}) {
+		want := dialect.StateRunning
+		if tk.Order == 2 {
+			want = dialect.StateBlocked
+		}
+		if tk.State != want {
+			t.Errorf("task %d (order %d) is %s; want %s", tk.ID, tk.Order, tk.State, want)
+		}
+	}
+}
+
+// TaskFinishMany fences each attempt by its own token (Held), and a batch
+// that ends a stage names its process in Advance where the dialect advances
+// after the commit; StagesAdvance then opens the next stage, and doing so
+// again changes nothing.
+func contractTaskFinishMany(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	bf, ok := db.D.(dialect.BatchFinisher)
+	if !ok {
+		t.Skipf("%s records ends one at a time", db.Dialect)
+	}
+	ctx := context.Background()
+	pid := twoStages(t, db, "c-many", 2)
+	got := claimAs(t, db, "w", 3, 10, nil)
+	if len(got) != 2 {
+		t.Fatalf("claimed %d; want the 2 order-1 tasks", len(got))
+	}
+	ok1 := dialect.FinishParams{TaskID: got[0].ID, Token: 3, ProcessID: pid, Outcome: dialect.OutcomeSucceeded}
+	wrong := dialect.FinishParams{TaskID: got[1].ID, Token: 4, ProcessID: pid, Outcome: dialect.OutcomeSucceeded}
+	res, err := bf.TaskFinishMany(ctx, []dialect.FinishParams{ok1, wrong})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Held, []bool{true, false}) {
+		t.Fatalf("Held = %v; want [true false] (the second token is not the claim's)", res.Held)
+	}
+	if running := db.tasks(t, dialect.TaskFilter{Process: "c-many", State: dialect.StateRunning}); len(running) != 1 || running[0].ID != got[1].ID {
+		t.Fatalf("running after the batch: %+v; want only the task whose finish was fenced off", running)
+	}
+	last := dialect.FinishParams{TaskID: got[1].ID, Token: 3, ProcessID: pid, Outcome: dialect.OutcomeSucceeded}
+	res, err = bf.TaskFinishMany(ctx, []dialect.FinishParams{last})
+	if err != nil || !slices.Equal(res.Held, []bool{true}) {
+		t.Fatalf("finish the stage's last task: %+v, %v", res, err)
+	}
+	if sa, ok := db.D.(dialect.StageAdvancer); ok {
+		if !slices.Contains(res.Advance, pid) {
+			t.Fatalf("the batch that ended order 1 gave Advance %v; want it to name process %d", res.Advance, pid)
+		}
+		for range 2 {
+			busy, err := sa.StagesAdvance(ctx, res.Advance)
+			if err != nil || len(busy) != 0 {
+				t.Fatalf("StagesAdvance: busy %v, %v", busy, err)
+			}
+		}
+		if busy, err := sa.StagesAdvance(ctx, []int64{pid + 1_000_000}); err != nil || len(busy) != 0 {
+			t.Fatalf("StagesAdvance of a process that does not exist: busy %v, %v; want nothing to do", busy, err)
+		}
+	}
+	next := claimAs(t, db, "w", 5, 10, nil)
+	if len(next) != 1 || next[0].Order != 2 {
+		t.Fatalf("after order 1 ended the claim took %+v; want the one order-2 task (once: advancing twice opens nothing more)", next)
+	}
+	logs := db.logs(t, dialect.LogFilter{Process: "c-many", Outcome: dialect.OutcomeSucceeded})
+	if len(logs) != 2 {
+		t.Fatalf("succeeded Logs rows: %d; want 2, one per order-1 task (the fenced-off finish wrote nothing)", len(logs))
+	}
+}
+
+// TaskRescueExpired hands back tasks whose lease expired, at most Max a
+// pass, closing their attempts abandoned without charging max_attempts; the
+// expired token no longer finishes anything.
+func contractTaskRescueExpired(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	ctx := context.Background()
+	twoStages(t, db, "c-rescue", 2)
+	got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "gone", Max: 10, Token: 11, Lease: 50 * time.Millisecond})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim: %d, %v", len(got), err)
+	}
+	if n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10}); err != nil || n > 2 {
+		t.Fatalf("rescue: %d, %v", n, err)
+	}
+	rescued := 0
+	waitFor(t, 10*time.Second, "both leases rescued, one a pass", func() bool {
+		n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 1})
+		if err != nil || n > 1 {
+			t.Fatalf("rescue of max 1: %d, %v", n, err)
+		}
+		rescued += n
+		return len(db.tasks(t, dialect.TaskFilter{Process: "c-rescue", State: dialect.StateRunning})) == 0
+	})
+	if n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 10}); err != nil || n != 0 {
+		t.Fatalf("a rescue with nothing expired: %d, %v; want 0", n, err)
+	}
+	for _, tk := range db.tasks(t, dialect.TaskFilter{Process: "c-rescue"}) {
+		if tk.Order == 1 && tk.State != dialect.StateAvailable {
+			t.Errorf("rescued task %d is %s; want available again (an abandon is not one of its max_attempts)", tk.ID, tk.State)
+		}
+	}
+	logs := db.logs(t, dialect.LogFilter{Process: "c-rescue"})
+	if len(logs) != 2 || countOutcome(logs, dialect.OutcomeAbandoned) != 2 {
+		t.Fatalf("Logs: %+v; want the two attempts closed abandoned", logs)
+	}
+	err = db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: 11, Outcome: dialect.OutcomeSucceeded})
+	if !errors.Is(err, dialect.ErrLeaseLost) {
+		t.Fatalf("finish with the rescued token: %v; want ErrLeaseLost", err)
+	}
+	again := claimAs(t, db, "w", 12, 10, nil)
+	if len(again) != 2 || again[0].Attempt != 2 {
+		t.Fatalf("claim after the rescue: %+v; want both tasks again, as attempt 2", again)
+	}
+}
+
+// Workers: WorkerRegister inserts or refreshes a row (a stopped worker that
+// registers again is live), WorkerList counts the tasks each holds, and
+// WorkerStop marks it stopped.
+func contractWorkers(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	op := limOperator(t, db)
+	info := dialect.WorkerInfo{ID: "c-worker", Hostname: "host-1", PID: 4242, Concurrency: 3, Version: "v-test"}
+	if err := db.D.WorkerRegister(ctx, info); err != nil {
+		t.Fatal(err)
+	}
+	find := func() dialect.WorkerStatus {
+		t.Helper()
+		ws, err := op.WorkerList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			if w.ID == info.ID {
+				return w
+			}
+		}
+		t.Fatalf("WorkerList %+v has no %s", ws, info.ID)
+		return dialect.WorkerStatus{}
+	}
+	w := find()
+	if w.Hostname != "host-1" || w.PID != 4242 || w.Concurrency != 3 || w.Version != "v-test" || w.StoppedAt != nil ||
+		w.HeartbeatAt.IsZero() || w.Running != 0 {
+		t.Fatalf("registered worker reads %+v", w)
+	}
+	if err := db.D.WorkerHeartbeat(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !db.Babelfish {
+		submitOneTask(t, db, "c-workers")
+		claimAs(t, db, info.ID, 1, 10, nil)
+		if w := find(); w.Running != 1 {
+			t.Errorf("worker holding one task: running %d", w.Running)
+		}
+	}
+	if err := db.D.WorkerStop(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if w := find(); w.StoppedAt == nil {
+		t.Fatalf("after WorkerStop: %+v; want stopped_at set", w)
+	}
+	info.Concurrency = 5
+	if err := db.D.WorkerRegister(ctx, info); err != nil {
+		t.Fatalf("register again: %v", err)
+	}
+	if w := find(); w.StoppedAt != nil || w.Concurrency != 5 {
+		t.Fatalf("registered again: %+v; want live (no stopped_at), concurrency 5", w)
+	}
+}
