@@ -72,7 +72,7 @@ func (s *SQLite) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.FinishPa
 		if err != nil {
 			return err
 		}
-		return openStage(ctx, q, processID)
+		return openStageAfter(ctx, q, processID, fp.Outcome == dialect.OutcomeSucceeded)
 	})
 	if err != nil {
 		return fmt.Errorf("finish task %d: %w", fp.TaskID, err)
@@ -88,7 +88,7 @@ func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) 
 	held := make([]bool, len(ps))
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
 		var processes []int64
-		seen := map[int64]bool{}
+		onlySucceeded := map[int64]bool{} // per process touched: did every end succeed?
 		for i, fp := range ps {
 			processID, err := finishOne(ctx, q, fp)
 			if errors.Is(err, dialect.ErrLeaseLost) {
@@ -98,13 +98,15 @@ func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) 
 				return fmt.Errorf("task %d: %w", fp.TaskID, err)
 			}
 			held[i] = true
-			if !seen[processID] {
-				seen[processID] = true
+			ok, seen := onlySucceeded[processID]
+			if !seen {
 				processes = append(processes, processID)
+				ok = true
 			}
+			onlySucceeded[processID] = ok && fp.Outcome == dialect.OutcomeSucceeded
 		}
 		for _, p := range processes {
-			if err := openStage(ctx, q, p); err != nil {
+			if err := openStageAfter(ctx, q, p, onlySucceeded[p]); err != nil {
 				return err
 			}
 		}
