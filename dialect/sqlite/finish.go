@@ -82,7 +82,7 @@ func (s *SQLite) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.FinishPa
 
 // TaskFinishMany implements dialect.BatchFinisher: one write transaction for the
 // whole batch (one turn of SQLite's write lock instead of one per task), and one
-// openStage per process touched. SQLite has one writer at a time, so the stage
+// openStageAfter per process touched. SQLite has one writer at a time, so the stage
 // advances inside the same transaction and nothing is left to StagesAdvance.
 func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
 	held := make([]bool, len(ps))

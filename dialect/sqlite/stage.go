@@ -66,8 +66,9 @@ SELECT EXISTS (SELECT 1 FROM stageq_tasks t
 // stage still has a task, nothing openStage decides can have changed: no
 // lower order arrived, no task was handed back or failed, the pause is as it
 // was. That is the common case of a batch that ends tasks of many processes,
-// so it costs one seek per process instead of openStage's four statements and
-// a write of the process's row.
+// so it costs one seek per process instead of openStage's three reads and a
+// write of the process's row (which leaves processes.updated_at as it was, as
+// PostgreSQL's finish_many does).
 func openStageAfter(ctx context.Context, q dialect.Querier, processID int64, onlySucceeded bool) error {
 	if onlySucceeded {
 		var stays bool
