@@ -13,6 +13,7 @@ const (
 	ServicePrune     = "prune"     // deletes what the retention no longer keeps (prune.go)
 	ServiceScheduler = "scheduler" // fires recurring schedules (scheduler.go)
 	ServiceListen    = "listen"    // turns the database's notifications into claims (this file)
+	ServiceVacuum    = "vacuum"    // vacuums the tasks table every so many claims (vacuum.go)
 )
 
 // A service is one of a worker's background loops. Run starts every service

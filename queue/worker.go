@@ -74,6 +74,11 @@ type WorkerConfig struct {
 	// sent, a rescue pass run. Tests wait on it instead of sleeping. It is
 	// called from the service's goroutine and must not block.
 	OnPass func(service string)
+	// VacuumEvery is how many tasks this worker claims between vacuums of the
+	// tasks table, on a database whose claims slow down until one
+	// (dialect.TaskVacuumer: PostgreSQL); default DefaultVacuumEvery, negative
+	// never (autovacuum alone).
+	VacuumEvery int
 	// Clock is the worker's clock for the scheduler's sleeps (default time.Now);
 	// tests inject skewed ones. What is due is always the database's decision.
 	Clock func() time.Time
@@ -122,6 +127,9 @@ func (c *WorkerConfig) setDefaults() error {
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.VacuumEvery == 0 {
+		c.VacuumEvery = DefaultVacuumEvery
 	}
 	if c.RetryBase == 0 {
 		c.RetryBase = time.Second
@@ -175,8 +183,12 @@ type Worker struct {
 	// not hold back the successes behind them (issue 10, item 10).
 	handBacks chan finishReq
 	advances  chan []int64 // to advanceLoop, when the dialect advances stages after completions commit
-	healthy   atomic.Bool  // heartbeats reach the database
-	started   atomic.Bool
+	// vacuumDue asks the vacuum service for a pass (vacuum.go); nil when
+	// there is none. claimedSinceVacuum is the claim loop's count towards it.
+	vacuumDue          chan struct{}
+	claimedSinceVacuum int
+	healthy            atomic.Bool // heartbeats reach the database
+	started            atomic.Bool
 }
 
 // NewWorker prepares a worker on the client's database.
@@ -285,6 +297,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			list = append(list, service{ServiceListen, func(_ context.Context, pass func()) { w.listenLoop(ch, pass) }})
 		}
 	}
+	if tv, ok := w.d.(dialect.TaskVacuumer); ok && w.cfg.VacuumEvery > 0 {
+		w.vacuumDue = make(chan struct{}, 1)
+		list = append(list, service{ServiceVacuum, func(bg context.Context, pass func()) { w.vacuumLoop(bg, tv, pass) }})
+	}
 	if !w.cfg.NoScheduler { // the scheduler stops firing as soon as ctx ends
 		list = append(list, service{ServiceScheduler, func(bg context.Context, pass func()) { w.schedulerLoop(ctx, bg, pass) }})
 	}
@@ -387,6 +403,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			}
 			claimed = len(got)
 			backlog = err == nil && claimed == free
+			w.noteClaimed(claimed)
 		}
 		if claimed > 0 || w.heldCount() > 0 {
 			lastWork = time.Now()

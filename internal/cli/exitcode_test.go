@@ -67,7 +67,7 @@ func TestWorkerFlagsRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"--concurrency", "0"}, {"--lease", "0s"}, {"--lease", "-1s"}, {"--poll-max", "0s"},
 		{"--retry-base", "0s"}, {"--shutdown-grace", "-1s"}, {"--heartbeat", "-1s"},
-		{"--heartbeat", "40s", "--lease", "30s"},
+		{"--heartbeat", "40s", "--lease", "30s"}, {"--vacuum-every", "0"},
 	} {
 		var out, errb syncBuffer
 		code := Execute(context.Background(), NewWorkerCommand(),
