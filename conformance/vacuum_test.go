@@ -57,8 +57,12 @@ func TestWorkerVacuumsTheTasksTable(t *testing.T) {
 		if db.Dialect == "postgres" {
 			waitFor(t, 10*time.Second, "the server to count the worker's vacuums", func() bool { return vacuums() > before })
 		}
+		counted := vacuums()
 		if n := drain(-1, "vac-never"); n != 0 {
 			t.Fatalf("with VacuumEvery -1: %d vacuum passes; want none", n)
+		}
+		if n := vacuums(); n != counted {
+			t.Fatalf("with VacuumEvery -1 the server counted %d vacuums more; want none", n-counted)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/stageq/stageq/stages"
@@ -140,9 +141,14 @@ type StageAdvancer interface {
 // (WorkerConfig.VacuumEvery).
 type TaskVacuumer interface {
 	// VacuumTasks vacuums the tasks table, or returns at once, having done
-	// nothing, when another vacuum of it is running.
+	// nothing, when another vacuum of it is running. ErrVacuumNotAllowed: the
+	// connection's role may not vacuum it (the database would only warn).
 	VacuumTasks(ctx context.Context) error
 }
+
+// ErrVacuumNotAllowed is TaskVacuumer's answer for a role that may not
+// vacuum the tasks table; asking again will not help.
+var ErrVacuumNotAllowed = errors.New("this role may not vacuum the tasks table")
 
 // AtomicExecer is implemented by dialects that must guard how an atomic task's
 // SQL body runs inside the transaction that also records its completion (SQL

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
@@ -12,6 +13,18 @@ import (
 // million tasks took tens of milliseconds here; 50,000 claims without one
 // leave each claim reading a few hundred dead index pages more.
 const DefaultVacuumEvery = 50_000
+
+// vacuumShare bounds the time vacuums take: a pass asked for sooner after
+// the last one than vacuumShare times that one's length is skipped. A vacuum
+// reads every index of the table whole, so on a large table the claims, not
+// the vacuums, must set the pace.
+const vacuumShare = 10
+
+// vacuumNow says whether a pass asked for now runs, given how long ago the
+// last one ended and how long it took (zero before the first).
+func vacuumNow(sinceLastEnd, lastTook time.Duration) bool {
+	return sinceLastEnd >= vacuumShare*lastTook
+}
 
 // noteClaimed counts the tasks a claim took and, every VacuumEvery of them,
 // asks the vacuum service for a pass. Called by the claim loop only.
@@ -28,23 +41,34 @@ func (w *Worker) noteClaimed(n int) {
 
 // vacuumLoop vacuums the tasks table each time the claim loop asks
 // (dialect.TaskVacuumer), one pass at a time, until ctx ends. A pass that
-// fails is logged; the next comes after as many claims again.
+// fails is logged and the next comes after as many claims again; a role that
+// may not vacuum the table stops the service, saying so once.
 func (w *Worker) vacuumLoop(ctx context.Context, tv dialect.TaskVacuumer, pass func()) {
 	log := w.log.With().Str("component", "vacuum").Logger()
+	var lastEnd time.Time
+	var lastTook time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.vacuumDue:
 		}
+		if !vacuumNow(time.Since(lastEnd), lastTook) {
+			continue // the last one was long: let the claims run
+		}
 		began := time.Now()
-		if err := tv.VacuumTasks(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+		err := tv.VacuumTasks(ctx)
+		lastEnd, lastTook = time.Now(), time.Since(began)
+		switch {
+		case err == nil:
+			log.Debug().Dur("took", lastTook).Msg("vacuumed the tasks table")
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, dialect.ErrVacuumNotAllowed):
+			log.Warn().Err(err).Msg("not vacuuming the tasks table; claims will slow down between autovacuum's visits")
+			return
+		default:
 			log.Warn().Err(err).Msg("vacuum of the tasks table failed; the next one after as many claims again")
-		} else {
-			log.Debug().Dur("took", time.Since(began)).Msg("vacuumed the tasks table")
 		}
 		pass()
 	}
