@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -88,7 +89,14 @@ func TestVacuumTasksRefusesARoleThatMayNot(t *testing.T) {
 	if _, err := owner.DB().ExecContext(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { owner.DB().Exec("DROP ROLE IF EXISTS " + role) })
+	t.Cleanup(func() { // on a connection of its own: owner is closed by then
+		if admin, err := sql.Open("pgx", pgtest.Base()); err == nil {
+			if _, err := admin.Exec("DROP ROLE IF EXISTS " + role); err != nil {
+				t.Errorf("drop role %s: %v", role, err)
+			}
+			admin.Close()
+		}
+	})
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
