@@ -134,10 +134,7 @@ func contractTaskOperations(t *testing.T, db *testDB) {
 	if s := stateOf(t, db, "c-task", running[0].ID); s != dialect.StateRunning {
 		t.Fatalf("after refused operations the task is %s; want running", s)
 	}
-	if err := db.finish(context.Background(), dialect.FinishParams{TaskID: running[0].ID, Token: 20, ProcessID: running[0].ProcessID,
-		Outcome: dialect.OutcomeFailed, Error: "boom"}); err != nil {
-		t.Fatal(err)
-	}
+	failOneFinish(t, db, running[0])
 	if p, err := db.D.ProcessGet(ctx, "c-task"); err != nil || p.State != dialect.ProcessFailed {
 		t.Fatalf("process after its task failed for good: %+v, %v; want failed", p, err)
 	}

@@ -49,9 +49,9 @@ func stageStates(t *testing.T, db *testDB, process string) map[int][]string {
 // claimAll claims every available task of the queue for one worker.
 func claimAll(t *testing.T, db *testDB, token int64, want int) []dialect.ClaimedTask {
 	t.Helper()
-	got, err := db.D.TaskClaim(context.Background(), dialect.ClaimParams{WorkerID: "w", Max: 100, Token: token, Lease: time.Minute})
-	if err != nil || len(got) != want {
-		t.Fatalf("claim: %d tasks, %v; want %d", len(got), err, want)
+	got := claimAs(t, db, "w", token, 100, nil)
+	if len(got) != want {
+		t.Fatalf("claim: %d tasks; want %d", len(got), want)
 	}
 	return got
 }

@@ -89,7 +89,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.DurationVar(&cfg.StatementTimeout, "statement-timeout", 30*time.Second, "longest wait for the database to answer one of the queue's own statements (claims, completions; not task bodies) before the worker gives up on it, says so and tries again")
 	f.DurationVar(&cfg.RetryBase, "retry-base", time.Second, "backoff after the first failed attempt (doubles per attempt)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 10*time.Minute, "longest backoff between attempts")
-	f.IntVar(&cfg.VacuumEvery, "vacuum-every", queue.DefaultVacuumEvery, "PostgreSQL: vacuum the tasks table after this many tasks claimed by this worker (claims read past the dead index entries of claimed tasks until a vacuum); -1: never, leave it to autovacuum")
+	f.IntVar(&cfg.VacuumEvery, "vacuum-every", queue.DefaultVacuumEvery, "PostgreSQL: vacuum the tasks table after this many tasks claimed by this worker (claims read past the dead index entries of claimed tasks until a vacuum); a negative number: never, leave it to autovacuum")
 	f.StringVar(&targetDSN, "target-dsn", "", "run SQL bodies on this database instead of the queue's")
 	f.BoolVar(&migrate, "migrate", false, "apply missing schema migrations before starting")
 	f.StringSliceVar(&cfg.AllowExec, "allow-exec", nil, "programs that tasks of kind exec may run (comma-separated names on PATH or absolute paths); none by default")
@@ -137,7 +137,7 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 		return usageErrorf("--concurrency must be >= 1, got %d", cfg.Concurrency)
 	}
 	if changed("vacuum-every") && cfg.VacuumEvery == 0 {
-		return usageErrorf("--vacuum-every must be positive, or -1 for never; got 0")
+		return usageErrorf("--vacuum-every must be positive, or negative for never; got 0")
 	}
 	for _, d := range []struct {
 		name   string
