@@ -16,15 +16,17 @@ import (
 const DefaultVacuumEvery = 50_000
 
 // vacuumShare bounds the time vacuums take: a pass asked for sooner after
-// the last one than vacuumShare times that one's length is skipped. A vacuum
-// reads every index of the table whole, so on a large table the claims, not
-// the vacuums, must set the pace.
+// the last one than vacuumShare times that one's length waits until then. A
+// vacuum reads every index of the table whole, so on a large table the
+// claims, not the vacuums, must set the pace.
 const vacuumShare = 10
 
-// vacuumNow says whether a pass asked for now runs, given how long ago the
-// last one ended and how long it took (zero before the first).
-func vacuumNow(sinceLastEnd, lastTook time.Duration) bool {
-	return sinceLastEnd >= vacuumShare*lastTook
+// vacuumWait is how long a pass asked for now waits, given how long ago the
+// last one ended and how long it took (zero before the first). The request is
+// delayed, not dropped: dropping it would leave the next pass another
+// VacuumEvery claims away, twice the interval the worker was asked for.
+func vacuumWait(sinceLastEnd, lastTook time.Duration) time.Duration {
+	return max(vacuumShare*lastTook-sinceLastEnd, 0)
 }
 
 // noteClaimed counts the tasks a claim took and, every VacuumEvery of them,
@@ -54,8 +56,16 @@ func (w *Worker) vacuumLoop(ctx context.Context, tv dialect.TaskVacuumer, pass f
 			return
 		case <-w.vacuumDue:
 		}
-		if !vacuumNow(time.Since(lastEnd), lastTook) {
-			continue // the last one was long: let the claims run
+		if wait := vacuumWait(time.Since(lastEnd), lastTook); wait > 0 {
+			// The last pass was long: let the claims run, then vacuum.
+			// Requests made meanwhile fold into this pass (vacuumDue holds one).
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 		began := time.Now()
 		err := tv.VacuumTasks(ctx)

@@ -5,21 +5,20 @@ import (
 	"time"
 )
 
-// TestVacuumNow: vacuums take at most about a tenth of the time; the first
-// always runs.
-func TestVacuumNow(t *testing.T) {
+// TestVacuumWait: vacuums take at most about a tenth of the time, and a pass
+// asked for too soon waits for the rest of that time; the first never waits.
+func TestVacuumWait(t *testing.T) {
 	for _, c := range []struct {
-		since, took time.Duration
-		want        bool
+		since, took, want time.Duration
 	}{
-		{time.Hour, 0, true}, // the first pass
-		{0, 0, true},         // asked again at once after an instant one
-		{time.Second, 100 * time.Millisecond, true},
-		{900 * time.Millisecond, 100 * time.Millisecond, false},
-		{5 * time.Second, time.Second, false}, // a vacuum of a large table: the claims set the pace
+		{time.Hour, 0, 0}, // the first pass
+		{0, 0, 0},         // asked again at once after an instant one
+		{time.Second, 100 * time.Millisecond, 0},
+		{900 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+		{5 * time.Second, time.Second, 5 * time.Second}, // a vacuum of a large table: the claims set the pace
 	} {
-		if got := vacuumNow(c.since, c.took); got != c.want {
-			t.Errorf("vacuumNow(%s since the last, which took %s) = %v; want %v", c.since, c.took, got, c.want)
+		if got := vacuumWait(c.since, c.took); got != c.want {
+			t.Errorf("vacuumWait(%s since the last, which took %s) = %s; want %s", c.since, c.took, got, c.want)
 		}
 	}
 }
