@@ -167,11 +167,7 @@ OPTION (RECOMPILE);`
 
 // LeaseList implements dialect.Scheduler.
 func (d *SQLServer) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	out, err := queryAll(ctx, d, retryAll, leaseListSQL, dialect.ScanLeaseInfo, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
-	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
-	return out, nil
+	return listAll(ctx, d, "leases", leaseListSQL, dialect.ScanLeaseInfo, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
 }
 
 // leaseCheck refuses names and holders the columns cannot hold and a TTL the

@@ -80,11 +80,7 @@ func (d *SQLServer) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) 
 }
 
 func (d *SQLServer) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	out, err := queryAll(ctx, d, retryAll, limitListSQL, dialect.ScanLimitInfo, nvarchar("pKey", key))
-	if err != nil {
-		return nil, fmt.Errorf("list limits: %w", err)
-	}
-	return out, nil
+	return listAll(ctx, d, "limits", limitListSQL, dialect.ScanLimitInfo, nvarchar("pKey", key))
 }
 
 // limitDeleteSQL removes a limit. In: key. Out: rows removed.

@@ -457,9 +457,5 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
 
 // WorkerList implements dialect.Operator.
 func (d *SQLServer) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	out, err := queryAll(ctx, d, retryAll, workerListSQL, dialect.ScanWorkerStatus)
-	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
-	}
-	return out, nil
+	return listAll(ctx, d, "workers", workerListSQL, dialect.ScanWorkerStatus)
 }

@@ -45,17 +45,13 @@ func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect
 	if since.IsZero() {
 		since = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	out, err := queryAll(ctx, d, retryAll, logListSQL, dialect.ScanLogEntry,
+	return listAll(ctx, d, "logs", logListSQL, dialect.ScanLogEntry,
 		nvarchar("pProcess", f.Process),
 		bigint("pTaskId", f.TaskID),
 		nvarchar("pWorkerId", f.WorkerID),
 		nvarchar("pOutcome", string(f.Outcome)),
 		datetime2("pSince", since),
 		integer("pLimit", rowLimit(f.Limit)))
-	if err != nil {
-		return nil, fmt.Errorf("list logs: %w", err)
-	}
-	return out, nil
 }
 
 // taskListSQL reads the tasks still queued. In: process name, state (empty for
@@ -75,14 +71,10 @@ OPTION (RECOMPILE);`
 
 // TaskList implements dialect.Dialect.
 func (d *SQLServer) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	out, err := queryAll(ctx, d, retryAll, taskListSQL, dialect.ScanTaskInfo,
+	return listAll(ctx, d, "tasks", taskListSQL, dialect.ScanTaskInfo,
 		nvarchar("pProcess", f.Process),
 		nvarchar("pState", f.State),
 		integer("pLimit", rowLimit(f.Limit)))
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
-	}
-	return out, nil
 }
 
 // processGetSQL reads one process. In: name. Out: id, name, state, current order.

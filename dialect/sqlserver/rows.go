@@ -3,6 +3,7 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"fmt"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -29,6 +30,16 @@ func queryAll[T any](ctx context.Context, d *SQLServer, mode retryMode, stmt str
 	})
 	if err != nil {
 		return nil, mapErr(err)
+	}
+	return out, nil
+}
+
+// listAll runs stmt as queryAll does, retried after any transient error (a list
+// changes nothing), and names the list in its error.
+func listAll[T any](ctx context.Context, d *SQLServer, what, stmt string, scan func(r *sql.Rows, v *T) error, args ...any) ([]T, error) {
+	out, err := queryAll(ctx, d, retryAll, stmt, scan, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
 	return out, nil
 }

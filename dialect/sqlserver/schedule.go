@@ -84,14 +84,10 @@ OPTION (RECOMPILE);`
 
 // ScheduleList implements dialect.Scheduler.
 func (d *SQLServer) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]dialect.ScheduleInfo, error) {
-	out, err := queryAll(ctx, d, retryAll, scheduleListSQL, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
+	return listAll(ctx, d, "schedules", scheduleListSQL, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
 		*s, err = dialect.ScanSchedule(r.Scan)
 		return err
 	}, nvarchar("pName", f.Name))
-	if err != nil {
-		return nil, fmt.Errorf("list schedules: %w", err)
-	}
-	return out, nil
 }
 
 // schedulePauseSQL pauses or resumes a schedule. In: name, paused. Out: rows

@@ -523,6 +523,7 @@ var (
 		"queryAll":   {3, 5}, // queryAll(ctx, d, mode, query, scan, args...)
 		"exec":       {2, 3}, // d.exec(ctx, mode, query, args...)
 		"queryCount": {2, 3}, // d.queryCount(ctx, mode, query, args...)
+		"listAll":    {3, 5}, // listAll(ctx, d, what, query, scan, args...)
 	}
 )
 
@@ -683,7 +684,8 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 				}
 			case *ast.CallExpr:
 				// The senders (queryAll(ctx, d, mode, query, scan, args...),
-				// d.exec and d.queryCount(ctx, mode, query, args...)) and
+				// listAll(ctx, d, what, query, scan, args...), d.exec and
+				// d.queryCount(ctx, mode, query, args...)) and
 				// dialect.QueryAll(ctx, db, mapErr, query, scan, args...) send
 				// their query as d.db.QueryContext(ctx, query, args...) does, and
 				// dialect.CollectProcessStatus(ctx, db, f, q1, q2, q3, mapErr,
