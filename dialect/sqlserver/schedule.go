@@ -101,17 +101,7 @@ SELECT @@ROWCOUNT;`
 
 // ScheduleSetPaused implements dialect.Scheduler.
 func (d *SQLServer) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePauseParams) error {
-	if err := checkLen("schedule name", sp.Name, maxName); err != nil {
-		return fmt.Errorf("pause schedule: %w", err)
-	}
-	n, err := d.queryCount(ctx, retryAll, schedulePauseSQL, nvarchar("pName", sp.Name), bit("pPaused", sp.Paused))
-	if err != nil {
-		return fmt.Errorf("pause schedule %q: %w", sp.Name, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("schedule %s: %w", sp.Name, dialect.ErrNotFound)
-	}
-	return nil
+	return d.changeSchedule(ctx, "pause", sp.Name, schedulePauseSQL, nvarchar("pName", sp.Name), bit("pPaused", sp.Paused))
 }
 
 // scheduleDeleteSQL removes a schedule and its run history. The history goes
@@ -138,12 +128,19 @@ SELECT @Deleted;`
 
 // ScheduleDelete implements dialect.Scheduler.
 func (d *SQLServer) ScheduleDelete(ctx context.Context, name string) error {
+	return d.changeSchedule(ctx, "delete", name, scheduleDeleteSQL, nvarchar("pName", name))
+}
+
+// changeSchedule sends stmt, which changes the schedule called name and answers
+// how many schedule rows it changed, on the pool with retryAll: no row changed
+// means there is no such schedule. op names the command in errors.
+func (d *SQLServer) changeSchedule(ctx context.Context, op, name, stmt string, args ...any) error {
 	if err := checkLen("schedule name", name, maxName); err != nil {
-		return fmt.Errorf("delete schedule: %w", err)
+		return fmt.Errorf("%s schedule: %w", op, err)
 	}
-	n, err := d.queryCount(ctx, retryAll, scheduleDeleteSQL, nvarchar("pName", name))
+	n, err := d.queryCount(ctx, retryAll, stmt, args...)
 	if err != nil {
-		return fmt.Errorf("delete schedule %q: %w", name, err)
+		return fmt.Errorf("%s schedule %q: %w", op, name, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("schedule %s: %w", name, dialect.ErrNotFound)

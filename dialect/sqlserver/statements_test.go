@@ -515,15 +515,17 @@ func TestProceduresReadWithLocks(t *testing.T) {
 var (
 	helpers   = map[string]bool{"nvarchar": true, "bigint": true, "integer": true, "bit": true, "datetime2": true}
 	execFuncs = map[string]bool{"ExecContext": true, "QueryContext": true, "QueryRowContext": true}
-	// senders are the package's own helpers (rows.go) that send their query as
+	// senders are the package's own helpers (rows.go, and the few beside their
+	// callers: schedule.go) that send their query as
 	// d.db.QueryContext(ctx, query, args...) does: the index of the query among
 	// a call's arguments, and where the query's arguments start. Their bodies
 	// may only pass that query and those arguments on, unchanged.
 	senders = map[string]struct{ query, args int }{
-		"queryAll":   {3, 5}, // queryAll(ctx, d, mode, query, scan, args...)
-		"exec":       {2, 3}, // d.exec(ctx, mode, query, args...)
-		"queryCount": {2, 3}, // d.queryCount(ctx, mode, query, args...)
-		"listAll":    {3, 5}, // listAll(ctx, d, what, query, scan, args...)
+		"queryAll":       {3, 5}, // queryAll(ctx, d, mode, query, scan, args...)
+		"exec":           {2, 3}, // d.exec(ctx, mode, query, args...)
+		"queryCount":     {2, 3}, // d.queryCount(ctx, mode, query, args...)
+		"listAll":        {3, 5}, // listAll(ctx, d, what, query, scan, args...)
+		"changeSchedule": {3, 4}, // d.changeSchedule(ctx, op, name, query, args...)
 	}
 )
 
