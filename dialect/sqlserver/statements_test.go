@@ -516,7 +516,7 @@ var (
 	helpers   = map[string]bool{"nvarchar": true, "bigint": true, "integer": true, "bit": true, "datetime2": true}
 	execFuncs = map[string]bool{"ExecContext": true, "QueryContext": true, "QueryRowContext": true}
 	// senders are the package's own helpers (rows.go, and the few beside their
-	// callers: schedule.go) that send their query as
+	// callers: schedule.go, worker.go) that send their query as
 	// d.db.QueryContext(ctx, query, args...) does: the index of the query among
 	// a call's arguments, and where the query's arguments start. Their bodies
 	// may only pass that query and those arguments on, unchanged.
@@ -526,6 +526,7 @@ var (
 		"queryCount":     {2, 3}, // d.queryCount(ctx, mode, query, args...)
 		"listAll":        {3, 5}, // listAll(ctx, d, what, query, scan, args...)
 		"changeSchedule": {3, 4}, // d.changeSchedule(ctx, op, name, query, args...)
+		"updateWorker":   {3, 4}, // d.updateWorker(ctx, what, id, query, args...)
 	}
 )
 

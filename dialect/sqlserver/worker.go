@@ -68,13 +68,7 @@ UPDATE stageq.Workers SET heartbeat_at = SYSUTCDATETIME() WHERE id = @Id;`
 
 // WorkerHeartbeat implements dialect.Dialect.
 func (d *SQLServer) WorkerHeartbeat(ctx context.Context, id string) error {
-	if err := checkLen("worker id", id, maxName); err != nil {
-		return fmt.Errorf("worker heartbeat: %w", err)
-	}
-	if err := d.exec(ctx, retryAll, workerHeartbeatSQL, nvarchar("pId", id)); err != nil {
-		return fmt.Errorf("worker heartbeat: %w", err)
-	}
-	return nil
+	return d.updateWorker(ctx, "worker heartbeat", id, workerHeartbeatSQL, nvarchar("pId", id))
 }
 
 // workerStopSQL marks a worker stopped (graceful shutdown). In: id.
@@ -85,11 +79,18 @@ UPDATE stageq.Workers SET stopped_at = SYSUTCDATETIME(), heartbeat_at = SYSUTCDA
 
 // WorkerStop implements dialect.Dialect.
 func (d *SQLServer) WorkerStop(ctx context.Context, id string) error {
+	return d.updateWorker(ctx, "stop worker", id, workerStopSQL, nvarchar("pId", id))
+}
+
+// updateWorker sends stmt, which sets the times of worker id's row, on the pool
+// with retryAll: setting them again only moves them to the later now. what
+// names the command in errors.
+func (d *SQLServer) updateWorker(ctx context.Context, what, id, stmt string, args ...any) error {
 	if err := checkLen("worker id", id, maxName); err != nil {
-		return fmt.Errorf("stop worker: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := d.exec(ctx, retryAll, workerStopSQL, nvarchar("pId", id)); err != nil {
-		return fmt.Errorf("stop worker: %w", err)
+	if err := d.exec(ctx, retryAll, stmt, args...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
