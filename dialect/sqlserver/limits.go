@@ -35,7 +35,7 @@ func (d *SQLServer) LimitSet(ctx context.Context, key string, max int) error {
 		return fmt.Errorf("set limit: %w", err)
 	}
 	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
-		return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
+		return d.capProcess(ctx, name, max)
 	}
 	if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
 		return fmt.Errorf("set limit: %w", err)
@@ -44,6 +44,12 @@ func (d *SQLServer) LimitSet(ctx context.Context, key string, max int) error {
 		return fmt.Errorf("set limit %q: %w", key, err)
 	}
 	return nil
+}
+
+// capProcess sets the max_parallel of process name, which limit
+// 'process:NAME' is (Limits holds no row for it); 0 removes the cap.
+func (d *SQLServer) capProcess(ctx context.Context, name string, max int) error {
+	return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
 }
 
 // limitListSQL reads limits with their slots in use. In: key (empty for all). Out:
@@ -96,8 +102,7 @@ func (d *SQLServer) LimitDelete(ctx context.Context, key string) error {
 		if _, err := d.LimitGet(ctx, key); err != nil {
 			return fmt.Errorf("delete limit: %w", err)
 		}
-		none := 0
-		return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
+		return d.capProcess(ctx, name, 0)
 	}
 	if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
 		return fmt.Errorf("delete limit: %w", err)
