@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,31 +31,25 @@ func taskID(target string) (int64, error) {
 	return id, nil
 }
 
+// onTask is the run of an action on one task, whose id is the target: call,
+// then say done (a format of the id).
+func onTask(call func(dialect.Operator, context.Context, int64) error, done string) func(*Server, *http.Request, string, int) (string, error) {
+	return func(s *Server, r *http.Request, t string, _ int) (string, error) {
+		id, err := taskID(t)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf(done, id), call(s.op, r.Context(), id)
+	}
+}
+
 var actions = map[string]actionDef{
 	"task-retry": {Title: "Retry task %s?", Detail: "It runs again with fresh attempts (only a task that failed for good).",
-		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			id, err := taskID(t)
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("task %d will run again", id), s.op.TaskRetry(r.Context(), id)
-		}},
+		run: onTask(dialect.Operator.TaskRetry, "task %d will run again")},
 	"task-discard": {Title: "Discard task %s?", Detail: "It counts as finished: later stages of its process may run.",
-		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			id, err := taskID(t)
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("task %d discarded", id), s.op.TaskDiscard(r.Context(), id)
-		}},
+		run: onTask(dialect.Operator.TaskDiscard, "task %d discarded")},
 	"task-cancel": {Title: "Cancel task %s?", Detail: "It leaves the queue without running (a running task is refused).",
-		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			id, err := taskID(t)
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("task %d cancelled", id), s.op.TaskCancel(r.Context(), id)
-		}},
+		run: onTask(dialect.Operator.TaskCancel, "task %d cancelled")},
 	"process-retry": {Title: "Retry every failed task of process %s?", Detail: "They run again with fresh attempts.",
 		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
 			n, err := s.op.ProcessRetry(r.Context(), t)
