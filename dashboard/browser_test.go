@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -468,7 +469,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // token in the environment is required of every request; a non-loopback
 // address without credentials is refused at start.
 func TestReadOnlyAndAccess(t *testing.T) {
-	dsn := migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db"))
+	dsn := queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db"))
 	c := openClient(t, dsn)
 	ord := 1
 	if _, err := c.Submit(context.Background(), stages.Plan{Process: "p", Stages: []stages.Stage{{Order: &ord, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
 	"github.com/stageq/stageq/internal/pgtest"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -27,10 +28,10 @@ import (
 // database, one after the other (a browser per run is heavy enough).
 func eachDatabase(t *testing.T, fn func(t *testing.T, dsn string)) {
 	t.Run("sqlite", func(t *testing.T) {
-		fn(t, migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
+		fn(t, queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		fn(t, migrated(t, newPostgresDB(t)))
+		fn(t, queuetest.Migrated(t, newPostgresDB(t)))
 	})
 }
 
@@ -43,7 +44,7 @@ func eachDialect(t *testing.T, fn func(t *testing.T, dsn string)) {
 		if base == "" {
 			t.Skip("STAGEQ_SQLSERVER_DSN is not set: the SQL Server reads are not run")
 		}
-		fn(t, migrated(t, newSQLServerDB(t, base)))
+		fn(t, queuetest.Migrated(t, newSQLServerDB(t, base)))
 	})
 }
 
@@ -80,16 +81,6 @@ func newSQLServerDB(t *testing.T, base string) string {
 func newPostgresDB(t *testing.T) string {
 	t.Helper()
 	return pgtest.NewDatabase(t, "stageq_dash")
-}
-
-func migrated(t *testing.T, dsn string) string {
-	t.Helper()
-	c, err := queue.Open(context.Background(), dsn, queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	return dsn
 }
 
 func openClient(t *testing.T, dsn string) *queue.Client {

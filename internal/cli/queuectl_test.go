@@ -14,6 +14,7 @@ import (
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/pgtest"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -21,22 +22,12 @@ import (
 func qcDatabases(t *testing.T, fn func(t *testing.T, dsn string)) {
 	t.Run("sqlite", func(t *testing.T) {
 		t.Parallel()
-		fn(t, qcMigrate(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
+		fn(t, queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		fn(t, qcMigrate(t, pgtest.NewDatabase(t, "stageq_cli")))
+		fn(t, queuetest.Migrated(t, pgtest.NewDatabase(t, "stageq_cli")))
 	})
-}
-
-func qcMigrate(t *testing.T, dsn string) string {
-	t.Helper()
-	c, err := queue.Open(context.Background(), dsn, queue.Config{Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	return dsn
 }
 
 // qcDialect opens the queue database at dsn directly, to set up what the
