@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -31,16 +29,12 @@ func TestReadableOutput(t *testing.T) {
 			}
 		}
 
-		dir := t.TempDir()
 		var plan strings.Builder
 		plan.WriteString("process: \"two\\nlines\"\nstages:\n  - order: 1\n    tasks:\n")
 		for i := range 205 {
 			fmt.Fprintf(&plan, "      - body: \"SELECT %d;\\nSELECT 'tab\\there';\"\n", i)
 		}
-		planFile := filepath.Join(dir, "plan.yaml")
-		if err := os.WriteFile(planFile, []byte(plan.String()), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		planFile := qcFile(t, "plan.yaml", plan.String())
 		qcExpect(t, dsn, 0, "", "enqueue", "--file", planFile)
 		d := qcDialect(t, dsn)
 		for done := 0; done < 205; {

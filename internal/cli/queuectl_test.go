@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,6 +86,17 @@ func qcExpect(t *testing.T, dsn string, want int, errHas string, args ...string)
 		t.Fatalf("%v: output %q does not say %q", args, said, errHas)
 	}
 	return out
+}
+
+// qcFile writes a file for a command under test to read (a plan, say) in a
+// directory of its own, and returns its path.
+func qcFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // qcSnapshot is the queue's state, to prove that refused commands change nothing.

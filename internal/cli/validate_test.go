@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,35 +10,27 @@ import (
 // message and write nothing, the same on every dialect (issue 10, item 7).
 func TestEnqueueRefusesUnstorableInput(t *testing.T) {
 	qcDatabases(t, func(t *testing.T, dsn string) {
-		dir := t.TempDir()
-		file := func(name, content string) string {
-			p := filepath.Join(dir, name)
-			if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			return p
-		}
 		before := qcSnapshot(t, dsn)
 		for _, c := range []struct {
 			says string
 			args []string
 		}{
-			{"line 2: order must be a whole number, got 1.5", []string{"--file", file("frac.yaml", "stages:\n  - order: 1.5\n    tasks: [{body: SELECT 1}]\n")}},
-			{"priority must be a whole number, got 2.0", []string{"--file", file("prio.yaml", "stages:\n  - order: 1\n    tasks: [{body: SELECT 1, priority: 2.0}]\n")}},
-			{"cannot unmarshal number 1.5", []string{"--file", file("frac.json", `{"stages":[{"order":1.5,"tasks":[{"body":"SELECT 1"}]}]}`)}},
+			{"line 2: order must be a whole number, got 1.5", []string{"--file", qcFile(t, "frac.yaml", "stages:\n  - order: 1.5\n    tasks: [{body: SELECT 1}]\n")}},
+			{"priority must be a whole number, got 2.0", []string{"--file", qcFile(t, "prio.yaml", "stages:\n  - order: 1\n    tasks: [{body: SELECT 1, priority: 2.0}]\n")}},
+			{"cannot unmarshal number 1.5", []string{"--file", qcFile(t, "frac.json", `{"stages":[{"order":1.5,"tasks":[{"body":"SELECT 1"}]}]}`)}},
 			{"body contains a NUL byte", []string{"--order", "1", "SELECT 1\x00; SELECT 2"}},
-			{"body contains a NUL byte", []string{"--file", file("nul.json", `{"stages":[{"order":1,"tasks":[{"body":"SELECT 1\u0000x"}]}]}`)}},
+			{"body contains a NUL byte", []string{"--file", qcFile(t, "nul.json", `{"stages":[{"order":1,"tasks":[{"body":"SELECT 1\u0000x"}]}]}`)}},
 			{"process: name contains a NUL byte", []string{"--process", "p\x00", "--order", "1", "SELECT 1"}},
 			{"body is not valid UTF-8", []string{"--order", "1", "SELECT '\xff\xfe'"}},
 			{"kind is not valid UTF-8", []string{"--kind", "k\xc3", "--order", "1", "x"}},
-			{"not valid UTF-8", []string{"--file", file("bad.json", "{\"stages\":[{\"order\":1,\"tasks\":[{\"body\":\"SELECT '\xff'\"}]}]}")}},
-			{"not valid UTF-8", []string{"--file", file("bad.yaml", "stages:\n  - order: 1\n    tasks: [{body: \"SELECT '\xff'\"}]\n")}},
+			{"not valid UTF-8", []string{"--file", qcFile(t, "bad.json", "{\"stages\":[{\"order\":1,\"tasks\":[{\"body\":\"SELECT '\xff'\"}]}]}")}},
+			{"not valid UTF-8", []string{"--file", qcFile(t, "bad.yaml", "stages:\n  - order: 1\n    tasks: [{body: \"SELECT '\xff'\"}]\n")}},
 			{"order 4294967296 is out of range", []string{"--order", "4294967296", "SELECT 1"}},
 			{"priority 2147483648 is out of range", []string{"--order", "1", "--priority", "2147483648", "SELECT 1"}},
 			{"priority -2147483649 is out of range", []string{"--order", "1", "--priority", "-2147483649", "SELECT 1"}},
 			{"max_attempts 9999999999 is out of range", []string{"--order", "1", "--max-attempts", "9999999999", "SELECT 1"}},
-			{"order 99999999999 is out of range", []string{"--file", file("big.yaml", "stages:\n  - order: 99999999999\n    tasks: [{body: SELECT 1}]\n")}},
-			{"max_parallel 99999999999 is out of range", []string{"--file", file("bigp.yaml", "max_parallel: 99999999999\nstages:\n  - order: 1\n    tasks: [{body: SELECT 1}]\n")}},
+			{"order 99999999999 is out of range", []string{"--file", qcFile(t, "big.yaml", "stages:\n  - order: 99999999999\n    tasks: [{body: SELECT 1}]\n")}},
+			{"max_parallel 99999999999 is out of range", []string{"--file", qcFile(t, "bigp.yaml", "max_parallel: 99999999999\nstages:\n  - order: 1\n    tasks: [{body: SELECT 1}]\n")}},
 		} {
 			code, out, stderr := qc(t, dsn, append([]string{"enqueue"}, c.args...)...)
 			if code != ExitUsage || !strings.Contains(stderr, c.says) || out != "" || strings.Count(stderr, "\n") != 1 {
