@@ -48,24 +48,36 @@ func startWorker(ctx context.Context, dsn string, wcfg queue.WorkerConfig, handl
 	}, nil
 }
 
+// idleWorker creates a database for a latency scenario and starts one worker
+// of concurrency 4 on it, then lets the worker register and reach its idle wait
+// so that the first sample does not time its start. stop stops the worker, then
+// drops the database.
+func (t *target) idleWorker(ctx context.Context, tag string, handlers map[string]queue.Handler) (c *queue.Client, stop func(), err error) {
+	dsn, c, drop, err := t.migrated(ctx, tag)
+	if err != nil {
+		return nil, nil, err
+	}
+	stopWorker, err := startWorker(ctx, dsn, queue.WorkerConfig{Concurrency: 4}, handlers)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	time.Sleep(500 * time.Millisecond)
+	return c, func() { stopWorker(); drop() }, nil
+}
+
 // pickup measures, PickupSamples times, the time from Submit's return (the
 // enqueue has committed) to the entry of the task's handler, with one worker
 // idle in between. Both instants are this process's monotonic clock.
 func (r *runner) pickup(ctx context.Context, t *target) Result {
 	cfg := r.cfg
 	res := Result{Dialect: t.name, Scenario: "pickup", Concurrency: 4}
-	dsn, c, drop, err := t.migrated(ctx, "pickup")
-	if err != nil {
-		res.Error = err.Error()
-		return res
-	}
-	defer drop()
 	type entry struct {
 		i  int
 		at time.Time
 	}
 	entered := make(chan entry, 64)
-	stop, err := startWorker(ctx, dsn, queue.WorkerConfig{Concurrency: 4}, map[string]queue.Handler{
+	c, stop, err := t.idleWorker(ctx, "pickup", map[string]queue.Handler{
 		kindPickup: func(_ context.Context, task *queue.Task) error {
 			at := time.Now()
 			i, _ := strconv.Atoi(task.Body)
@@ -81,8 +93,6 @@ func (r *runner) pickup(ctx context.Context, t *target) Result {
 		return res
 	}
 	defer stop()
-	// Let the worker register and reach its idle wait before the first sample.
-	time.Sleep(500 * time.Millisecond)
 
 	deadline := time.Now().Add(cfg.Timeout)
 	var samples []time.Duration
@@ -134,19 +144,12 @@ func (r *runner) pickup(ctx context.Context, t *target) Result {
 func (r *runner) handoff(ctx context.Context, t *target) Result {
 	cfg := r.cfg
 	res := Result{Dialect: t.name, Scenario: "handoff", Concurrency: 4}
-	dsn, c, drop, err := t.migrated(ctx, "handoff")
-	if err != nil {
-		res.Error = err.Error()
-		return res
-	}
-	defer drop()
-	stop, err := startWorker(ctx, dsn, queue.WorkerConfig{Concurrency: 4}, map[string]queue.Handler{kindNoop: noopHandler})
+	c, stop, err := t.idleWorker(ctx, "handoff", map[string]queue.Handler{kindNoop: noopHandler})
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
 	defer stop()
-	time.Sleep(500 * time.Millisecond)
 
 	deadline := time.Now().Add(cfg.Timeout)
 	var samples []time.Duration
