@@ -72,6 +72,36 @@ func (r *runner) throughput(ctx context.Context, t *target) []Result {
 		rows["river"].Concurrency = riverWorkers
 	}
 	fail := func(s string, err error) { rows[s].Error = err.Error() }
+	// enqueueThenDrain runs an enqueue row, whose enqueue puts N tasks of process
+	// in the queue and says how long that took, and the drain row after it, in a
+	// database of their own so that what a timed-out phase leaves behind cannot
+	// leak into the next.
+	enqueueThenDrain := func(run int, tag, enq, drain, process string, enqueue func(dsn string, c *queue.Client) (time.Duration, error)) {
+		dsn, c, drop, err := t.migrated(ctx, tag)
+		if err != nil {
+			fail(enq, err)
+			fail(drain, err)
+			return
+		}
+		defer drop()
+		el, err := enqueue(dsn, c)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				rows[enq].TimedOut = true
+			}
+			fail(enq, err)
+			fail(drain, errors.New("nothing enqueued"))
+			return
+		}
+		accs[enq].rates = append(accs[enq].rates, float64(cfg.N)/el.Seconds())
+		r.cfg.progress("%s: %s run %d: %d tasks, concurrency %d", t.name, drain, run, cfg.N, cfg.Concurrency)
+		d, err := r.drain(ctx, t, dsn, c, process, []string{process})
+		if err != nil {
+			fail(drain, err)
+			return
+		}
+		recordDrain(rows[drain], accs[drain], d)
+	}
 
 	for run := 1; run <= cfg.Runs && ctx.Err() == nil; run++ {
 		if peer {
@@ -102,70 +132,25 @@ func (r *runner) throughput(ctx context.Context, t *target) []Result {
 		if !ours {
 			continue
 		}
-		// No-op tasks: the batch API, then a drain, in a database of their own so
-		// that what a timed-out phase leaves behind cannot leak into the next.
-		func() {
-			dsn, c, drop, err := t.migrated(ctx, "drain_noop")
-			if err != nil {
-				fail("enqueue/batch", err)
-				fail("drain/noop", err)
-				return
-			}
-			defer drop()
-			process := fmt.Sprintf("drain-noop-%d", run)
-			plan := onePlan(process, kindNoop, "noop", cfg.N)
+		// No-op tasks: the batch API, then a drain.
+		noopProcess := fmt.Sprintf("drain-noop-%d", run)
+		enqueueThenDrain(run, "drain_noop", "enqueue/batch", "drain/noop", noopProcess, func(_ string, c *queue.Client) (time.Duration, error) {
+			plan := onePlan(noopProcess, kindNoop, "noop", cfg.N)
 			r.cfg.progress("%s: enqueue/batch run %d: Submit of %d tasks", t.name, run, cfg.N)
 			sctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+			defer cancel()
 			start := time.Now()
-			_, err = c.Submit(sctx, plan)
-			el := time.Since(start)
-			cancel()
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) {
-					rows["enqueue/batch"].TimedOut = true
-				}
-				fail("enqueue/batch", fmt.Errorf("submit: %w", err))
-				fail("drain/noop", errors.New("nothing enqueued"))
-				return
+			if _, err := c.Submit(sctx, plan); err != nil {
+				return 0, fmt.Errorf("submit: %w", err)
 			}
-			accs["enqueue/batch"].rates = append(accs["enqueue/batch"].rates, float64(cfg.N)/el.Seconds())
-			r.cfg.progress("%s: drain/noop run %d: %d tasks, concurrency %d", t.name, run, cfg.N, cfg.Concurrency)
-			d, err := r.drain(ctx, t, dsn, c, process, []string{process})
-			if err != nil {
-				fail("drain/noop", err)
-				return
-			}
-			recordDrain(rows["drain/noop"], accs["drain/noop"], d)
-		}()
+			return time.Since(start), nil
+		})
 		// SELECT 1 tasks: a plan file through the enqueue binary, then a drain.
-		func() {
-			dsn, c, drop, err := t.migrated(ctx, "drain_sql")
-			if err != nil {
-				fail("enqueue/file", err)
-				fail("drain/sql", err)
-				return
-			}
-			defer drop()
-			process := fmt.Sprintf("drain-sql-%d", run)
+		sqlProcess := fmt.Sprintf("drain-sql-%d", run)
+		enqueueThenDrain(run, "drain_sql", "enqueue/file", "drain/sql", sqlProcess, func(dsn string, _ *queue.Client) (time.Duration, error) {
 			r.cfg.progress("%s: enqueue/file run %d: enqueue --file with %d tasks", t.name, run, cfg.N)
-			el, err := r.enqueueFile(ctx, dsn, onePlan(process, "", "SELECT 1", cfg.N))
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) {
-					rows["enqueue/file"].TimedOut = true
-				}
-				fail("enqueue/file", err)
-				fail("drain/sql", errors.New("nothing enqueued"))
-				return
-			}
-			accs["enqueue/file"].rates = append(accs["enqueue/file"].rates, float64(cfg.N)/el.Seconds())
-			r.cfg.progress("%s: drain/sql run %d: %d tasks, concurrency %d", t.name, run, cfg.N, cfg.Concurrency)
-			d, err := r.drain(ctx, t, dsn, c, process, []string{process})
-			if err != nil {
-				fail("drain/sql", err)
-				return
-			}
-			recordDrain(rows["drain/sql"], accs["drain/sql"], d)
-		}()
+			return r.enqueueFile(ctx, dsn, onePlan(sqlProcess, "", "SELECT 1", cfg.N))
+		})
 		if spread {
 			if err := r.spreadDrain(ctx, t, run, rows["drain/spread"], accs["drain/spread"]); err != nil {
 				fail("drain/spread", err)
