@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // statsSettle is how long a drain waits before reading pg_stat_database: a
@@ -136,20 +138,9 @@ func cpuSince(base, last map[int]int64) time.Duration {
 
 // snapshot reads utime+stime of every backend connected to the database.
 func (m *cpuMeter) snapshot(ctx context.Context) (map[int]int64, error) {
-	rows, err := m.admin.QueryContext(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1", m.db)
+	pids, err := dialect.QueryAll(ctx, m.admin, noMap, "SELECT pid FROM pg_stat_activity WHERE datname = $1",
+		func(r *sql.Rows, pid *int) error { return r.Scan(pid) }, m.db)
 	if err != nil {
-		return nil, fmt.Errorf("pg_stat_activity: %w", err)
-	}
-	defer rows.Close()
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if err := rows.Scan(&pid); err != nil {
-			return nil, fmt.Errorf("pg_stat_activity: %w", err)
-		}
-		pids = append(pids, pid)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pg_stat_activity: %w", err)
 	}
 	out := make(map[int]int64, len(pids))
@@ -160,6 +151,10 @@ func (m *cpuMeter) snapshot(ctx context.Context) (map[int]int64, error) {
 	}
 	return out, nil
 }
+
+// noMap is QueryAll's error mapping for the bench's reads of PostgreSQL's
+// statistics views, whose errors stand for none of the queue's own.
+func noMap(err error) error { return err }
 
 // procCPU reads a process's command name and utime+stime in clock ticks.
 func procCPU(pid int) (string, int64, error) {
