@@ -1,16 +1,12 @@
 package stages
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Defaults for a task's fields left out of a plan or a command line.
@@ -121,45 +117,20 @@ func ParseFile(name string, r io.Reader) (Plan, error) {
 // Parse reads a plan in format "yaml" or "json", rejecting unknown fields, and
 // validates it.
 func Parse(r io.Reader, format string) (Plan, error) {
-	var p Plan
-	switch format {
-	case "json":
-		src, err := io.ReadAll(r)
-		if err != nil {
-			return Plan{}, fmt.Errorf("%w: read: %v", ErrInvalidPlan, err)
-		}
-		if err := checkUTF8(src); err != nil {
-			return Plan{}, err
-		}
-		dec := json.NewDecoder(bytes.NewReader(src))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
-			return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
-		}
-		if dec.More() {
-			return Plan{}, fmt.Errorf("%w: trailing data after the plan object", ErrInvalidPlan)
-		}
-	case "yaml":
-		src, err := io.ReadAll(r)
-		if err != nil {
-			return Plan{}, fmt.Errorf("%w: read: %v", ErrInvalidPlan, err)
-		}
-		if err := checkUTF8(src); err != nil {
-			return Plan{}, err
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(src))
-		dec.KnownFields(true)
-		if err := dec.Decode(&p); err != nil {
-			if errors.Is(err, io.EOF) {
-				return Plan{}, fmt.Errorf("%w: the file is empty", ErrInvalidPlan)
-			}
-			return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
-		}
-		if err := checkYAMLWholeNumbers(src); err != nil {
-			return Plan{}, err
-		}
-	default:
+	decode, ok := decoders[format]
+	if !ok {
 		return Plan{}, fmt.Errorf("%w: unknown format %q (yaml or json)", ErrInvalidPlan, format)
+	}
+	src, err := io.ReadAll(r)
+	if err != nil {
+		return Plan{}, fmt.Errorf("%w: read: %v", ErrInvalidPlan, err)
+	}
+	if err := checkUTF8(src); err != nil {
+		return Plan{}, err
+	}
+	var p Plan
+	if err := decode(src, &p); err != nil {
+		return Plan{}, err
 	}
 	if err := p.Validate(); err != nil {
 		return Plan{}, err
