@@ -210,11 +210,17 @@ func List(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.D
 	if err := checkLive(liveWithin); err != nil {
 		return nil, fmt.Errorf("list routines: %w", err)
 	}
-	out, err := list(ctx, db, r)
+	return listInUse(ctx, db, r, liveWithin)
+}
+
+// listInUse reads the installed versions, each with the number of live workers
+// that call it: what List shows and what Prune decides on.
+func listInUse(ctx context.Context, q dialect.Querier, r dialect.Routines, liveWithin time.Duration) ([]dialect.RoutineVersion, error) {
+	out, err := list(ctx, q, r)
 	if err != nil {
 		return nil, err
 	}
-	used, err := inUse(ctx, db, r, liveWithin)
+	used, err := inUse(ctx, q, r, liveWithin)
 	if err != nil {
 		return nil, err
 	}
@@ -272,11 +278,7 @@ func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.
 	if _, err := tx.ExecContext(ctx, r.SQL.Lock); err != nil {
 		return nil, fmt.Errorf("prune routines: lock: %w", err)
 	}
-	installed, err := list(ctx, tx, r)
-	if err != nil {
-		return nil, err
-	}
-	used, err := inUse(ctx, tx, r, liveWithin)
+	installed, err := listInUse(ctx, tx, r, liveWithin)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +287,7 @@ func Prune(ctx context.Context, db *sql.DB, r dialect.Routines, liveWithin time.
 		newest = max(newest, v.Version)
 	}
 	for _, v := range installed {
-		if v.Version == newest || used[v.Version] > 0 {
+		if v.Version == newest || v.Workers > 0 {
 			continue
 		}
 		if err := r.SQL.DropNamespace(ctx, tx, v.Namespace); err != nil {
