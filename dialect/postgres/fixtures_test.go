@@ -1,0 +1,47 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/postgres"
+	"github.com/stageq/stageq/internal/pgtest"
+	"github.com/stageq/stageq/migrations"
+)
+
+// migratedDB creates and migrates a database for one test or benchmark and
+// drops it after.
+func migratedDB(b testing.TB) dialect.Dialect {
+	b.Helper()
+	ctx := context.Background()
+	d, err := postgres.Open(ctx, pgtest.NewDatabase(b, "stageq_bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	if _, err := migrations.Up(ctx, d); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// execSQL runs fixture SQL.
+func execSQL(b testing.TB, d dialect.Dialect, q string, args ...any) {
+	b.Helper()
+	if _, err := d.DB().ExecContext(context.Background(), q, args...); err != nil {
+		b.Fatalf("%s: %v", q, err)
+	}
+}
+
+// addRunnable adds n runnable processes with per tasks each, in bulk.
+func addRunnable(b testing.TB, d dialect.Dialect, n, per int) {
+	execSQL(b, d, `
+INSERT INTO stageq.processes (name, current_order)
+SELECT 'p' || g, 100 FROM generate_series(1, $1) g`, n)
+	execSQL(b, d, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
+SELECT p.id, 100, 'SELECT 1', 'available', now() - interval '1 hour'
+  FROM stageq.processes p, generate_series(1, $1) g
+ WHERE p.name LIKE 'p%'`, per)
+}
