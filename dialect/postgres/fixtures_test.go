@@ -14,8 +14,18 @@ import (
 // drops it after.
 func migratedDB(b testing.TB) dialect.Dialect {
 	b.Helper()
+	d, _ := migratedDSN(b, "stageq_bench")
+	return d
+}
+
+// migratedDSN is migratedDB for a test that also connects to the database by
+// other means (a driver of its own, another role), so it needs the DSN too;
+// prefix begins the database's name.
+func migratedDSN(b testing.TB, prefix string) (dialect.Dialect, string) {
+	b.Helper()
 	ctx := context.Background()
-	d, err := postgres.Open(ctx, pgtest.NewDatabase(b, "stageq_bench"))
+	dsn := pgtest.NewDatabase(b, prefix)
+	d, err := postgres.Open(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -23,7 +33,7 @@ func migratedDB(b testing.TB) dialect.Dialect {
 	if _, err := migrations.Up(ctx, d); err != nil {
 		b.Fatal(err)
 	}
-	return d
+	return d, dsn
 }
 
 // execSQL runs fixture SQL.

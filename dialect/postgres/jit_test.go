@@ -11,9 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/stageq/stageq/dialect/postgres"
-	"github.com/stageq/stageq/internal/pgtest"
-	"github.com/stageq/stageq/migrations"
 	rsrc "github.com/stageq/stageq/routines/postgres"
 )
 
@@ -27,15 +24,7 @@ import (
 // routines run, and whether it was compiled.
 func TestRoutinesNeverJIT(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t, "stageq_jit")
-	d, err := postgres.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if _, err := migrations.Up(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	_, dsn := migratedDSN(t, "stageq_jit")
 
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {

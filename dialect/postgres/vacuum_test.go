@@ -13,7 +13,6 @@ import (
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/dialect/postgres"
 	"github.com/stageq/stageq/internal/pgtest"
-	"github.com/stageq/stageq/migrations"
 )
 
 // vacuumCount is how many vacuums the server has counted on stageq.tasks
@@ -73,15 +72,7 @@ func TestVacuumTasksDoesNotWaitForAnotherVacuum(t *testing.T) {
 // ErrVacuumNotAllowed instead of pretending.
 func TestVacuumTasksRefusesARoleThatMayNot(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t, "stageq_vac")
-	owner, err := postgres.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer owner.Close()
-	if _, err := migrations.Up(ctx, owner); err != nil {
-		t.Fatal(err)
-	}
+	owner, dsn := migratedDSN(t, "stageq_vac")
 	if err := owner.(dialect.TaskVacuumer).VacuumTasks(ctx); err != nil {
 		t.Fatalf("the owner's vacuum: %v", err)
 	}
@@ -89,7 +80,7 @@ func TestVacuumTasksRefusesARoleThatMayNot(t *testing.T) {
 	if _, err := owner.DB().ExecContext(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // on a connection of its own: owner is closed by then
+	t.Cleanup(func() { // on a connection of its own: another cleanup closes the owner's pool
 		if admin, err := sql.Open("pgx", pgtest.Base()); err == nil {
 			if _, err := admin.Exec("DROP ROLE IF EXISTS " + role); err != nil {
 				t.Errorf("drop role %s: %v", role, err)
