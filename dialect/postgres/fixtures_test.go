@@ -44,6 +44,17 @@ func execSQL(b testing.TB, d dialect.Dialect, q string, args ...any) {
 	}
 }
 
+// claimN claims p.Max tasks and fails the test unless it gets exactly that
+// many: what a test measures after its claim assumes them all running.
+func claimN(tb testing.TB, d dialect.Dialect, p dialect.ClaimParams) []dialect.ClaimedTask {
+	tb.Helper()
+	got, err := d.TaskClaim(context.Background(), p)
+	if err != nil || len(got) != p.Max {
+		tb.Fatalf("claim: %d tasks, %v", len(got), err)
+	}
+	return got
+}
+
 // addRunnable adds n runnable processes with per tasks each, in bulk.
 func addRunnable(b testing.TB, d dialect.Dialect, n, per int) {
 	execSQL(b, d, `

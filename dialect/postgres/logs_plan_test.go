@@ -18,10 +18,7 @@ func TestFinishSeeksLogsAfterAnEarlyAnalyze(t *testing.T) {
 	ctx := context.Background()
 	d := migratedDB(t)
 	addRunnable(t, d, 1, 30)
-	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 30, Token: 1, Lease: time.Minute})
-	if err != nil || len(claimed) != 30 {
-		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
-	}
+	claimed := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: 30, Token: 1, Lease: time.Minute})
 	execSQL(t, d, "ANALYZE stageq.logs") // Logs holds 30 rows in one page
 
 	// counters waits until Logs' insert and update counts reach what this

@@ -24,10 +24,7 @@ func TestBatchesProbeTasksByKeyWhateverTheStatistics(t *testing.T) {
 	execSQL(t, d, "ANALYZE stageq.tasks") // nothing runs yet
 	// and no later analyze (autovacuum's) sees the tasks this test runs
 	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
-	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: n, Token: 1, Lease: time.Minute})
-	if err != nil || len(claimed) != n {
-		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
-	}
+	claimed := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: n, Token: 1, Lease: time.Minute})
 
 	// reads waits until the tasks' deletes and updates reach what this test
 	// wrote and gives the index entries read through tasks_running.
@@ -104,11 +101,7 @@ func TestFinishRetestsATaskChangedUnderIt(t *testing.T) {
 				ctx := context.Background()
 				d := migratedDB(t)
 				addRunnable(t, d, 1, 1)
-				got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 5, Lease: time.Minute})
-				if err != nil || len(got) != 1 {
-					t.Fatalf("claim: %d tasks, %v", len(got), err)
-				}
-				task := got[0]
+				task := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 5, Lease: time.Minute})[0]
 
 				other, err := d.DB().BeginTx(ctx, nil)
 				if err != nil {
@@ -192,13 +185,8 @@ func TestRescueAndBodyCheckProbeTasksByKey(t *testing.T) {
 	addRunnable(t, d, 1, running+expired)
 	execSQL(t, d, "ANALYZE stageq.tasks") // nothing runs yet, and no later analyze:
 	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
-	live, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
-	if err != nil || len(live) != running {
-		t.Fatalf("claim: %d tasks, %v", len(live), err)
-	}
-	if got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "gone", Max: expired, Token: 2, Lease: time.Millisecond}); err != nil || len(got) != expired {
-		t.Fatalf("claim: %d tasks, %v", len(got), err)
-	}
+	live := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
+	claimN(t, d, dialect.ClaimParams{WorkerID: "gone", Max: expired, Token: 2, Lease: time.Millisecond})
 
 	// settled waits until the tasks' counters stop moving for 3 s (an idle
 	// backend reports within about a second; the rescue's count of updates

@@ -50,10 +50,7 @@ INSERT INTO stageq.processes (name, state, current_order, finished_at) VALUES ('
 	execSQL(t, d, "ANALYZE stageq.tasks")
 	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
 
-	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
-	if err != nil || len(claimed) != running {
-		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
-	}
+	claimed := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
 	var blocked int64
 	if err := d.DB().QueryRowContext(ctx, `
 SELECT min(t.id) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
@@ -147,10 +144,7 @@ func TestStageCheckStartsFromTheNewestWaitingTask(t *testing.T) {
 	const n, running = 1000, 600
 	addRunnable(t, d, 1, n)
 	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
-	claimed, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Minute})
-	if err != nil || len(claimed) != running {
-		t.Fatalf("claim: %d tasks, %v", len(claimed), err)
-	}
+	claimed := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Minute})
 	reads := func(deleted int64) int64 {
 		t.Helper()
 		return waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
