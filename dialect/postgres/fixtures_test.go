@@ -44,6 +44,15 @@ func execSQL(b testing.TB, d dialect.Dialect, q string, args ...any) {
 	}
 }
 
+// analyzeOnce gathers table's statistics now and turns autovacuum off for it,
+// so that no later analyze replaces them: what the test runs next is planned
+// with what the table held at this point.
+func analyzeOnce(tb testing.TB, d dialect.Dialect, table string) {
+	tb.Helper()
+	execSQL(tb, d, "ANALYZE "+table)
+	execSQL(tb, d, "ALTER TABLE "+table+" SET (autovacuum_enabled = off)")
+}
+
 // claimN claims p.Max tasks and fails the test unless it gets exactly that
 // many: what a test measures after its claim assumes them all running.
 func claimN(tb testing.TB, d dialect.Dialect, p dialect.ClaimParams) []dialect.ClaimedTask {

@@ -24,8 +24,7 @@ func TestClaimFinishAdvanceProbeProcessesByKey(t *testing.T) {
 	const procs, per = 200, 5
 	const n = procs * per
 	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('solo', NULL)`)
-	execSQL(t, d, "ANALYZE stageq.processes")
-	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
+	analyzeOnce(t, d, "stageq.processes")
 	addRunnable(t, d, procs, per)
 
 	readsBefore := processRowsRead(t, d, nil)
@@ -83,8 +82,7 @@ func TestSubmitProbesProcessesByKey(t *testing.T) {
 	d := migratedDB(t)
 	const procs = 200
 	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order) VALUES ('solo', NULL)`)
-	execSQL(t, d, "ANALYZE stageq.processes")
-	execSQL(t, d, "ALTER TABLE stageq.processes SET (autovacuum_enabled = off)")
+	analyzeOnce(t, d, "stageq.processes")
 
 	before := processRowsRead(t, d, nil)
 	for i := range procs {

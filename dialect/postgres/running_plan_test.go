@@ -21,9 +21,7 @@ func TestBatchesProbeTasksByKeyWhateverTheStatistics(t *testing.T) {
 	d := migratedDB(t)
 	const n, batch = 3000, 300
 	addRunnable(t, d, 1, n)
-	execSQL(t, d, "ANALYZE stageq.tasks") // nothing runs yet
-	// and no later analyze (autovacuum's) sees the tasks this test runs
-	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
+	analyzeOnce(t, d, "stageq.tasks") // nothing runs yet
 	claimed := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: n, Token: 1, Lease: time.Minute})
 
 	// reads waits until the tasks' deletes and updates reach what this test
@@ -183,8 +181,7 @@ func TestRescueAndBodyCheckProbeTasksByKey(t *testing.T) {
 	d := migratedDB(t)
 	const running, expired = 3000, 300
 	addRunnable(t, d, 1, running+expired)
-	execSQL(t, d, "ANALYZE stageq.tasks") // nothing runs yet, and no later analyze:
-	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
+	analyzeOnce(t, d, "stageq.tasks") // nothing runs yet
 	live := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
 	claimN(t, d, dialect.ClaimParams{WorkerID: "gone", Max: expired, Token: 2, Lease: time.Millisecond})
 

@@ -47,8 +47,7 @@ INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
 SELECT p.id, 200, 'SELECT 1', 'blocked', now() FROM stageq.processes p, generate_series(1, 99) WHERE p.name LIKE 'other%'`)
 	execSQL(t, d, `
 INSERT INTO stageq.processes (name, state, current_order, finished_at) VALUES ('ended', 'succeeded', NULL, now() - interval '2 days')`)
-	execSQL(t, d, "ANALYZE stageq.tasks")
-	execSQL(t, d, "ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)")
+	analyzeOnce(t, d, "stageq.tasks")
 
 	claimed := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
 	var blocked int64
