@@ -185,24 +185,11 @@ func TestRescueAndBodyCheckProbeTasksByKey(t *testing.T) {
 	live := claimN(t, d, dialect.ClaimParams{WorkerID: "w", Max: running, Token: 1, Lease: time.Hour})
 	claimN(t, d, dialect.ClaimParams{WorkerID: "gone", Max: expired, Token: 2, Lease: time.Millisecond})
 
-	// settled waits until the tasks' counters stop moving for 3 s (an idle
-	// backend reports within about a second; the rescue's count of updates
-	// depends on its stage openings, so there is no exact count to wait for)
-	// and gives the tasks_running entries read. A report that came later
-	// could only make the test pass wrongly, never fail.
-	settled := func() int64 {
-		t.Helper()
-		var last tableStats
-		since := time.Now()
-		return waitStats(t, d, "stageq.tasks", "tasks_running", func(s tableStats) (bool, bool) {
-			if s != last {
-				last, since = s, time.Now()
-				return false, false
-			}
-			return time.Since(since) >= 3*time.Second, false
-		}).IndexRead
-	}
-	before := settled()
+	// The tasks_running entries read, once the counters settle: the rescue's
+	// count of updates depends on its stage openings, so there is no exact
+	// count to wait for. A report that came later could only make the test
+	// pass wrongly, never fail.
+	before := settledStats(t, d, "stageq.tasks", "tasks_running").IndexRead
 	n, err := d.TaskRescueExpired(ctx, dialect.RescueParams{Max: 1000})
 	if err != nil || n != expired {
 		t.Fatalf("rescue: %d rescued, %v; want %d", n, err, expired)
@@ -212,7 +199,7 @@ func TestRescueAndBodyCheckProbeTasksByKey(t *testing.T) {
 		t.Fatalf("body check of a held attempt: %v", err)
 	}
 	conn.Close()
-	r := settled() - before
+	r := settledStats(t, d, "stageq.tasks", "tasks_running").IndexRead - before
 	t.Logf("tasks_running entries read: %d", r)
 	// The rescue's search reads each running task once (3,300); a walk per
 	// rescued task would read about 3,300 more for each of the 300.

@@ -57,21 +57,7 @@ SELECT min(t.id) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process
 		t.Fatal(err)
 	}
 
-	// settled waits until the counters of Tasks stop moving for 3 s (an idle
-	// backend reports within about a second).
-	settled := func() tableStats {
-		t.Helper()
-		var last tableStats
-		since := time.Now()
-		return waitStats(t, d, "stageq.tasks", "tasks_waiting", func(s tableStats) (bool, bool) {
-			if s != last {
-				last, since = s, time.Now()
-				return false, false
-			}
-			return time.Since(since) >= 3*time.Second, false
-		})
-	}
-	before := settled()
+	before := settledStats(t, d, "stageq.tasks", "tasks_waiting")
 
 	op, err := dialect.AsOperator(d)
 	if err != nil {
@@ -114,7 +100,7 @@ SELECT min(t.id) FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process
 	if busy, err := d.(dialect.StageAdvancer).StagesAdvance(ctx, res.Advance); err != nil || len(busy) > 0 {
 		t.Fatalf("advance after the stage ended: busy %v, %v", busy, err)
 	}
-	after := settled()
+	after := settledStats(t, d, "stageq.tasks", "tasks_waiting")
 
 	var open int
 	if err := d.DB().QueryRowContext(ctx, `

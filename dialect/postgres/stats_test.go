@@ -42,3 +42,19 @@ SELECT t.n_tup_ins, t.n_tup_upd, t.n_tup_del, t.seq_scan,
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// settledStats waits until table's counters stop moving for 3 s (an idle
+// backend reports within about a second) and returns them: waitStats for a
+// test that has no exact count of its writes to wait for.
+func settledStats(tb testing.TB, d dialect.Dialect, table, index string) tableStats {
+	tb.Helper()
+	var last tableStats
+	since := time.Now()
+	return waitStats(tb, d, table, index, func(s tableStats) (bool, bool) {
+		if s != last {
+			last, since = s, time.Now()
+			return false, false
+		}
+		return time.Since(since) >= 3*time.Second, false
+	})
+}
