@@ -23,11 +23,7 @@ import (
 // nothing and leaves its row stopped; with Migrate it installs N again and
 // runs. Registered, it is counted, and a prune keeps its version.
 func TestPruneBetweenCheckAndRegister(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, db *testDB) {
-		next, rN, rNext, ok := beside(t, db)
-		if !ok {
-			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
-		}
+	forEachDialectBeside(t, func(t *testing.T, db, next *testDB, rN, rNext dialect.Routines) {
 		ctx := context.Background()
 		prune := func() []int {
 			t.Helper()
@@ -141,17 +137,19 @@ func TestRoutinesCheckWaitsForPrune(t *testing.T) {
 	})
 }
 
-// beside opens a simulated release N+1 beside this binary's release N on db
-// (its routines installed, so N is not the newest and a prune may drop it),
-// and returns N+1's handle and both routine versions; ok is false on a
-// dialect that keeps no routines (SQLite).
-func beside(t *testing.T, db *testDB) (next *testDB, rN, rNext dialect.Routines, ok bool) {
+// forEachDialectBeside is forEachDialect with a simulated release N+1 opened
+// beside this binary's release N on db (its routines installed, so N is not
+// the newest and a prune may drop it): fn gets N+1's handle and both routine
+// versions. fn does not run on a dialect that keeps no routines (SQLite).
+func forEachDialectBeside(t *testing.T, fn func(t *testing.T, db, next *testDB, rN, rNext dialect.Routines)) {
 	t.Helper()
-	if db.D.Schema().Routines == nil {
-		return nil, dialect.Routines{}, dialect.Routines{}, false
-	}
-	next = openRelease(t, db, nextRelease(t, db, 0))
-	return next, *db.D.Schema().Routines, *next.D.Schema().Routines, true
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		if db.D.Schema().Routines == nil {
+			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
+		}
+		next := openRelease(t, db, nextRelease(t, db, 0))
+		fn(t, db, next, *db.D.Schema().Routines, *next.D.Schema().Routines)
+	})
 }
 
 // waitWorker is a worker of client c, named id, that runs the "wait" tasks,
@@ -230,11 +228,7 @@ func checkWorkerStopped(t *testing.T, db *testDB, id string) {
 // installed), its row marked stopped, instead of failing claims until someone
 // looks; with Migrate it installs N again and goes on running tasks.
 func TestRoutinesPrunedWhileRunning(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, db *testDB) {
-		next, rN, rNext, ok := beside(t, db)
-		if !ok {
-			return // SQLite: its logic is Go, versioned with the binary; nothing to prune
-		}
+	forEachDialectBeside(t, func(t *testing.T, db, next *testDB, rN, rNext dialect.Routines) {
 		ctx := context.Background()
 		one := 1
 		submit := func(process string) {
