@@ -80,7 +80,7 @@ func TestVacuumTasksRefusesARoleThatMayNot(t *testing.T) {
 	if _, err := owner.DB().ExecContext(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // on a connection of its own: another cleanup closes the owner's pool
+	t.Cleanup(func() { // on a connection of its own, whatever order the cleanups run in
 		if admin, err := sql.Open("pgx", pgtest.Base()); err == nil {
 			if _, err := admin.Exec("DROP ROLE IF EXISTS " + role); err != nil {
 				t.Errorf("drop role %s: %v", role, err)
