@@ -146,19 +146,20 @@ func (s *SQLite) Close() error {
 	return errors.Join(s.db.Close(), s.bodies.Close())
 }
 
-// inTx runs fn in the caller's transaction tx, or (tx nil) in a new one.
-// A new transaction reaches fn as a txQuerier, which runs the cached prepared
-// statements (stmt.go); statements it met unprepared are prepared once the
-// transaction has ended and given the connection back.
+// inTx runs fn in the caller's transaction tx, or (tx nil) in a new one. fn
+// gets a txQuerier, which runs each statement prepared (stmt.go). Statements
+// a new transaction met that were not cached yet are prepared on s.db once it
+// has ended and given the connection back; a caller's transaction still holds
+// it, so those wait for a transaction of the dialect's own.
 func (s *SQLite) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
 	if tx != nil {
-		return fn(tx)
+		return fn(&txQuerier{s: s, tx: tx})
 	}
 	tx, err := s.BeginTx(ctx)
 	if err != nil {
 		return err
 	}
-	tq := &txQuerier{s: s, tx: tx}
+	tq := &txQuerier{s: s, tx: tx, cached: true}
 	err = fn(tq)
 	if err != nil {
 		tx.Rollback()
