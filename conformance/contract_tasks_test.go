@@ -199,6 +199,33 @@ func contractTaskFinishMany(t *testing.T, db *testDB) {
 	if p, err := db.D.ProcessGet(ctx, "c-mixed"); err != nil || p.State != dialect.ProcessFailed || p.CurrentOrder == nil || *p.CurrentOrder != 1 {
 		t.Fatalf("after the stage's last success: %+v, %v; want still failed, at order 1", p, err)
 	}
+
+	// The same with a success that carries no error text (SQLite ends those
+	// of a batch together, in one statement), and beside it a stale finish of
+	// that very task under a token it does not hold: each entry is fenced by
+	// its own pair of task and token.
+	plain := twoStages(t, db, "c-plain", 2)
+	got = claimAs(t, db, "w", 8, 10, nil)
+	if len(got) != 2 {
+		t.Fatalf("claimed %d of c-plain; want its 2 order-1 tasks", len(got))
+	}
+	stale := dialect.FinishParams{TaskID: got[1].ID, Token: 99, ProcessID: plain, Outcome: dialect.OutcomeSucceeded}
+	failed := dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, ProcessID: plain, Outcome: dialect.OutcomeFailed, Error: "boom"}
+	success := dialect.FinishParams{TaskID: got[1].ID, Token: got[1].Token, ProcessID: plain, Outcome: dialect.OutcomeSucceeded}
+	if held := finishBatch(t, db, stale, failed, success); !slices.Equal(held, []bool{false, true, true}) {
+		t.Fatalf("Held = %v; want [false true true] (the first names a token the task does not hold)", held)
+	}
+	if p, err := db.D.ProcessGet(ctx, "c-plain"); err != nil || p.State != dialect.ProcessFailed {
+		t.Fatalf("after a batch with a task failed for good: %+v, %v; want the process failed", p, err)
+	}
+	for outcome, want := range map[dialect.Outcome]int64{dialect.OutcomeSucceeded: got[1].ID, dialect.OutcomeFailed: got[0].ID} {
+		if l := db.logs(t, dialect.LogFilter{Process: "c-plain", Outcome: outcome}); len(l) != 1 || l[0].TaskID != want {
+			t.Fatalf("%s Logs rows of c-plain: %+v; want one, of task %d", outcome, l, want)
+		}
+	}
+	if running := db.tasks(t, dialect.TaskFilter{Process: "c-plain", State: dialect.StateRunning}); len(running) != 0 {
+		t.Fatalf("running after the batch: %+v; want none", running)
+	}
 }
 
 // TaskRescueExpired hands back tasks whose lease expired, at most Max a

@@ -103,9 +103,10 @@ type Notifier interface {
 // round trip; the worker then records results in batches. Each result is fenced
 // by its own token exactly as TaskFinish fences one.
 type BatchFinisher interface {
-	// TaskFinishMany ends the attempts in one transaction. Held[i] reports
-	// whether ps[i]'s token still held its task (false: nothing was changed
-	// for it, as ErrLeaseLost from TaskFinish).
+	// TaskFinishMany ends the attempts in one transaction (SQL Server: one per
+	// chunk of 500). Held[i] reports whether ps[i]'s token still held its task
+	// (false: nothing was changed for it, as ErrLeaseLost from TaskFinish),
+	// also when ps names one task twice under two tokens (finish.go).
 	TaskFinishMany(ctx context.Context, ps []FinishParams) (FinishResult, error)
 }
 

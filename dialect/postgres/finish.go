@@ -44,8 +44,25 @@ func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finish
 // batch may have ended.
 const finishManySQL = `SELECT task_id, advance_process_id FROM stageq_routines.finish_many($1, $2, $3, $4, $5)`
 
-// TaskFinishMany implements dialect.BatchFinisher.
+// TaskFinishMany implements dialect.BatchFinisher. finish_many answers by task
+// id, so a batch that names a task twice goes in rounds (dialect.FinishInRounds),
+// in one transaction.
 func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
+	if !dialect.NamesATaskTwice(ps) {
+		return p.finishMany(ctx, p.db, ps)
+	}
+	var res dialect.FinishResult
+	err := p.inTx(ctx, nil, func(q dialect.Querier) (err error) {
+		res, err = dialect.FinishInRounds(ps, func(part []dialect.FinishParams) (dialect.FinishResult, error) {
+			return p.finishMany(ctx, q, part)
+		})
+		return err
+	})
+	return res, err
+}
+
+// finishMany runs finish_many once, on q, for ps, which names each task once.
+func (p *Postgres) finishMany(ctx context.Context, q dialect.Querier, ps []dialect.FinishParams) (dialect.FinishResult, error) {
 	var res dialect.FinishResult
 	ids := make([]int64, len(ps))
 	tokens := make([]int64, len(ps))
@@ -58,7 +75,7 @@ func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams
 			retries[i] = max(fp.RetryAfter.Milliseconds(), 1)
 		}
 	}
-	rows, err := p.db.QueryContext(ctx, p.calls.SQL(finishManySQL), ids, tokens, outcomes, errs, retries)
+	rows, err := q.QueryContext(ctx, p.calls.SQL(finishManySQL), ids, tokens, outcomes, errs, retries)
 	if err != nil {
 		return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/migrations"
 )
 
@@ -15,14 +16,7 @@ import (
 // rescue, however large it grew. Each Logs update by task must still seek.
 func TestLogsUpdatesSeekAfterAnEarlyAnalyze(t *testing.T) {
 	ctx := context.Background()
-	d, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if _, err := migrations.Up(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	d := migrated(t)
 	for _, q := range []string{
 		`INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token)
 		 VALUES (1, 1, 'p', 100, 'sql', 'SELECT 1', 'w', 1, 1)`,
@@ -36,25 +30,61 @@ func TestLogsUpdatesSeekAfterAnEarlyAnalyze(t *testing.T) {
 		q    string
 		args []any
 	}{
-		"finish": {finishLogSQL, []any{"succeeded", nil, nil, 1, 1}},
-		"rescue": {rescueLogSQL, []any{"lease expired", 1, 1}},
+		"finish":      {finishLogSQL, []any{"succeeded", nil, nil, 1, 1}},
+		"finish many": {finishLogSucceededManySQL, []any{"[[1,1]]"}},
+		"rescue":      {rescueLogSQL, []any{"lease expired", 1, 1}},
 	} {
-		rows, err := d.DB().QueryContext(ctx, "EXPLAIN QUERY PLAN "+c.q, c.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		if got := strings.Join(plan, "; "); !strings.Contains(got, "USING INDEX stageq_logs_task") {
+		if got := queryPlan(t, d, c.q, c.args...); !strings.Contains(got, "INDEX stageq_logs_task (task_id=?") {
 			t.Errorf("%s's Logs update after an ANALYZE of one Logs row: plan %q, want a seek on stageq_logs_task", name, got)
 		}
 	}
+}
+
+// TestBatchSuccessSeeksTasksByKey: a batch's successes are deleted in one
+// statement whose fence is a test of (id, token) pairs; the planner must
+// still seek each task by its key, not read Tasks whole and test every row.
+func TestBatchSuccessSeeksTasksByKey(t *testing.T) {
+	d := migrated(t)
+	got := queryPlan(t, d, finishSucceededManySQL, "[[1,1],[2,1]]")
+	if !strings.Contains(got, "SEARCH stageq_tasks USING INTEGER PRIMARY KEY") || strings.Contains(got, "SCAN stageq_tasks") {
+		t.Errorf("plan %q, want stageq_tasks searched by its key and never scanned", got)
+	}
+}
+
+// queryPlan returns what EXPLAIN QUERY PLAN says of q, its steps joined by "; ".
+func queryPlan(t *testing.T, d dialect.Dialect, q string, args ...any) string {
+	t.Helper()
+	rows, err := d.DB().QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+q, args...)
+	if err != nil {
+		t.Fatalf("explain %s: %v", q, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
+}
+
+// migrated opens a new SQLite queue database with the schema applied.
+func migrated(t *testing.T) dialect.Dialect {
+	t.Helper()
+	ctx := context.Background()
+	d, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if _, err := migrations.Up(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -165,7 +165,16 @@ func scanFinishedRow(r *sql.Rows, f *finishedRow) error { return r.Scan(&f.task,
 // results, each its own transaction (a chunk that committed stays recorded when a
 // later one fails). A chunk is retried only after errors that guarantee nothing
 // was committed: a repeat after a lost commit would report its attempts as lost.
+// FinishMany answers by task id, so a batch that names a task twice goes in
+// rounds (dialect.FinishInRounds), each chunked so.
 func (d *SQLServer) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
+	return dialect.FinishInRounds(ps, func(part []dialect.FinishParams) (dialect.FinishResult, error) {
+		return d.finishChunks(ctx, part)
+	})
+}
+
+// finishChunks ends ps, which names each task once, chunk by chunk.
+func (d *SQLServer) finishChunks(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
 	res := dialect.FinishResult{Held: make([]bool, len(ps))}
 	held := map[int64]bool{}
 	seen := map[int64]bool{}
