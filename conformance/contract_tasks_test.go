@@ -226,6 +226,23 @@ func contractTaskFinishMany(t *testing.T, db *testDB) {
 	if running := db.tasks(t, dialect.TaskFilter{Process: "c-plain", State: dialect.StateRunning}); len(running) != 0 {
 		t.Fatalf("running after the batch: %+v; want none", running)
 	}
+
+	// Two ends of one attempt in one batch take effect in the batch's order:
+	// the hand-back holds, and the success after it finds the task no longer
+	// running under that token.
+	twice := twoStages(t, db, "c-twice", 1)
+	got = claimAs(t, db, "w", 9, 1, nil)
+	if len(got) != 1 {
+		t.Fatalf("claimed %d of c-twice; want 1", len(got))
+	}
+	back := dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, ProcessID: twice, Outcome: dialect.OutcomeReleased}
+	done := dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, ProcessID: twice, Outcome: dialect.OutcomeSucceeded}
+	if held := finishBatch(t, db, back, done); !slices.Equal(held, []bool{true, false}) {
+		t.Fatalf("Held = %v; want [true false] (the hand-back first)", held)
+	}
+	if waiting := db.tasks(t, dialect.TaskFilter{Process: "c-twice", State: dialect.StateAvailable}); len(waiting) != 1 || waiting[0].ID != got[0].ID {
+		t.Fatalf("available after the batch: %+v; want the task handed back", waiting)
+	}
 }
 
 // TaskRescueExpired hands back tasks whose lease expired, at most Max a

@@ -104,7 +104,8 @@ type Notifier interface {
 // by its own token exactly as TaskFinish fences one.
 type BatchFinisher interface {
 	// TaskFinishMany ends the attempts in one transaction (SQL Server: one per
-	// chunk of 500). Held[i] reports whether ps[i]'s token still held its task
+	// chunk of 500; a batch that names a task twice: one per round, finish.go).
+	// Held[i] reports whether ps[i]'s token still held its task
 	// (false: nothing was changed for it, as ErrLeaseLost from TaskFinish),
 	// also when ps names one task twice under two tokens (finish.go).
 	TaskFinishMany(ctx context.Context, ps []FinishParams) (FinishResult, error)

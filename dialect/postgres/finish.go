@@ -46,23 +46,17 @@ const finishManySQL = `SELECT task_id, advance_process_id FROM stageq_routines.f
 
 // TaskFinishMany implements dialect.BatchFinisher. finish_many answers by task
 // id, so a batch that names a task twice goes in rounds (dialect.FinishInRounds),
-// in one transaction.
+// each a transaction of its own: in one, a round would hold the process rows
+// the last one locked while it locks others, out of the order a concurrent
+// finish_many takes them in (a deadlock, seen).
 func (p *Postgres) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
-	if !dialect.NamesATaskTwice(ps) {
-		return p.finishMany(ctx, p.db, ps)
-	}
-	var res dialect.FinishResult
-	err := p.inTx(ctx, nil, func(q dialect.Querier) (err error) {
-		res, err = dialect.FinishInRounds(ps, func(part []dialect.FinishParams) (dialect.FinishResult, error) {
-			return p.finishMany(ctx, q, part)
-		})
-		return err
+	return dialect.FinishInRounds(ps, func(part []dialect.FinishParams) (dialect.FinishResult, error) {
+		return p.finishMany(ctx, part)
 	})
-	return res, err
 }
 
-// finishMany runs finish_many once, on q, for ps, which names each task once.
-func (p *Postgres) finishMany(ctx context.Context, q dialect.Querier, ps []dialect.FinishParams) (dialect.FinishResult, error) {
+// finishMany runs finish_many once for ps, which names each task once.
+func (p *Postgres) finishMany(ctx context.Context, ps []dialect.FinishParams) (dialect.FinishResult, error) {
 	var res dialect.FinishResult
 	ids := make([]int64, len(ps))
 	tokens := make([]int64, len(ps))
@@ -75,7 +69,7 @@ func (p *Postgres) finishMany(ctx context.Context, q dialect.Querier, ps []diale
 			retries[i] = max(fp.RetryAfter.Milliseconds(), 1)
 		}
 	}
-	rows, err := q.QueryContext(ctx, p.calls.SQL(finishManySQL), ids, tokens, outcomes, errs, retries)
+	rows, err := p.db.QueryContext(ctx, p.calls.SQL(finishManySQL), ids, tokens, outcomes, errs, retries)
 	if err != nil {
 		return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
 	}

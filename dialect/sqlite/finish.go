@@ -120,11 +120,17 @@ func (s *SQLite) TaskFinishMany(ctx context.Context, ps []dialect.FinishParams) 
 			}
 			onlySucceeded[processID] = ok && succeeded
 		}
-		if err := finishSucceededMany(ctx, q, ps, held, ended); err != nil {
-			return err
+		// A batch that names a task twice goes entry by entry, in its order:
+		// ending its successes first would change what the later entries of
+		// that task find.
+		together := !dialect.NamesATaskTwice(ps)
+		if together {
+			if err := finishSucceededMany(ctx, q, ps, held, ended); err != nil {
+				return err
+			}
 		}
 		for i, fp := range ps {
-			if isPlainSuccess(fp) {
+			if together && isPlainSuccess(fp) {
 				continue // ended above
 			}
 			processID, err := finishOne(ctx, q, fp)
@@ -156,17 +162,17 @@ func isPlainSuccess(fp dialect.FinishParams) bool {
 	return fp.Outcome == dialect.OutcomeSucceeded && fp.Error == ""
 }
 
-// finishSucceededMany ends the plain successes of ps (isPlainSuccess) inside
-// the caller's write transaction: it sets held[i] for each whose token still
-// held its task, and calls ended with that task's process. A pair that appears
-// twice is held once, as the first.
+// finishSucceededMany ends the plain successes of ps (isPlainSuccess), which
+// names each task once, inside the caller's write transaction: it sets held[i]
+// for each whose token still held its task, and calls ended with that task's
+// process.
 func finishSucceededMany(ctx context.Context, q dialect.Querier, ps []dialect.FinishParams, held []bool, ended func(processID int64, succeeded bool)) error {
 	type attempt struct{ id, token int64 }
 	at := map[attempt]int{}
 	pairs := []byte{'['}
 	for i, fp := range ps {
 		a := attempt{fp.TaskID, fp.Token}
-		if _, dup := at[a]; dup || !isPlainSuccess(fp) {
+		if !isPlainSuccess(fp) {
 			continue
 		}
 		at[a] = i

@@ -147,13 +147,15 @@ func (s *SQLite) Close() error {
 }
 
 // inTx runs fn in the caller's transaction tx, or (tx nil) in a new one. fn
-// gets a txQuerier, which runs each statement prepared (stmt.go). Statements
-// a new transaction met that were not cached yet are prepared on s.db once it
-// has ended and given the connection back; a caller's transaction still holds
-// it, so those wait for a transaction of the dialect's own.
+// gets a txQuerier (stmt.go). Statements a new transaction met that were not
+// cached yet are prepared on s.db once it has ended and given the connection
+// back. A caller's transaction uses no cached statement (it may be another
+// handle's) and caches none: it still holds the connection when fn returns.
 func (s *SQLite) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
 	if tx != nil {
-		return fn(&txQuerier{s: s, tx: tx})
+		tq := &txQuerier{s: s, tx: tx}
+		defer tq.close()
+		return fn(tq)
 	}
 	tx, err := s.BeginTx(ctx)
 	if err != nil {

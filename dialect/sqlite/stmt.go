@@ -17,11 +17,11 @@ import (
 //
 // Deadlock rule: s.db has one connection and a transaction holds it, so
 // nothing here calls s.db while a transaction of the same goroutine is open. A
-// transaction that meets a statement not yet in the cache prepares it on
-// itself, for as long as it lasts, and notes it; inTx prepares the noted
-// statements on s.db after Commit or Rollback. (Run unprepared instead, a
-// first Submit of 200,000 tasks parsed its INSERT 200,000 times: about 55 µs
-// a task, most of a fresh process's enqueue.)
+// transaction that meets a statement not yet in the cache notes it, and runs
+// it prepared on itself from its second use on (txQuerier); inTx prepares the
+// noted statements on s.db after Commit or Rollback. (Run unprepared at every
+// use instead, a first Submit of 200,000 tasks parsed its INSERT 200,000
+// times: about 55 µs a task, most of a fresh process's enqueue.)
 
 // maxStmts bounds the cache (there are far fewer queue statements than this).
 const maxStmts = 512
@@ -71,36 +71,52 @@ func (s *SQLite) prepareMissed(ctx context.Context, queries []string) {
 }
 
 // txQuerier is the dialect.Querier of a transaction inTx runs fn in: each
-// statement runs as the transaction's copy of its cached prepared statement,
-// or, not cached yet, as one prepared on the transaction itself.
+// statement runs as the transaction's copy of its cached prepared statement.
+// One not cached yet runs unprepared the first time and, met again in the same
+// call, is prepared on the transaction: a statement run once costs no more
+// than before, one run for every task of a submission is parsed once.
 type txQuerier struct {
 	s  *SQLite
 	tx *sql.Tx
 	// cached: tx is one of s.db's, begun by inTx, so statements prepared on
 	// s.db run in it. A caller's transaction may come from another handle.
 	cached bool
-	stmts  map[string]*sql.Stmt // this transaction's statements; nil: unprepared
-	missed []string
+	stmts  map[string]*sql.Stmt // this call's statements; nil: unprepared
+	missed []string             // met unprepared: for inTx to cache
+	own    []*sql.Stmt          // prepared on tx by this call
 }
 
 func (q *txQuerier) stmt(ctx context.Context, query string) *sql.Stmt {
-	if st, ok := q.stmts[query]; ok {
+	st, met := q.stmts[query]
+	if st != nil {
 		return st
 	}
 	if q.stmts == nil {
 		q.stmts = make(map[string]*sql.Stmt, 16)
 	}
-	var st *sql.Stmt
-	if p := q.s.cachedStmt(query); p != nil && q.cached {
+	switch p := q.s.cachedStmt(query); {
+	case p != nil && q.cached:
 		st = q.tx.StmtContext(ctx, p)
-	} else {
+	case !met:
 		q.missed = append(q.missed, query)
-		// Closed by database/sql when the transaction ends. One that fails to
-		// prepare runs unprepared, which reports its error as before.
-		st, _ = q.tx.PrepareContext(ctx, query)
+	default:
+		// One that fails to prepare runs unprepared, which reports its
+		// error as before.
+		if st, _ = q.tx.PrepareContext(ctx, query); st != nil {
+			q.own = append(q.own, st)
+		}
 	}
 	q.stmts[query] = st
 	return st
+}
+
+// close closes the statements this call prepared on its transaction: a
+// caller's transaction may run many calls before it ends, and database/sql
+// would keep each call's statements until then.
+func (q *txQuerier) close() {
+	for _, st := range q.own {
+		st.Close()
+	}
 }
 
 // ExecContext implements dialect.Querier.
