@@ -138,7 +138,7 @@ func cpuSince(base, last map[int]int64) time.Duration {
 
 // snapshot reads utime+stime of every backend connected to the database.
 func (m *cpuMeter) snapshot(ctx context.Context) (map[int]int64, error) {
-	pids, err := dialect.QueryAll(ctx, m.admin, noMap, "SELECT pid FROM pg_stat_activity WHERE datname = $1",
+	pids, err := dialect.QueryAll(ctx, m.admin, dialect.KeepErr, "SELECT pid FROM pg_stat_activity WHERE datname = $1",
 		func(r *sql.Rows, pid *int) error { return r.Scan(pid) }, m.db)
 	if err != nil {
 		return nil, fmt.Errorf("pg_stat_activity: %w", err)
@@ -151,10 +151,6 @@ func (m *cpuMeter) snapshot(ctx context.Context) (map[int]int64, error) {
 	}
 	return out, nil
 }
-
-// noMap is QueryAll's error mapping for the bench's reads of PostgreSQL's
-// statistics views, whose errors stand for none of the queue's own.
-func noMap(err error) error { return err }
 
 // procCPU reads a process's command name and utime+stime in clock ticks.
 func procCPU(pid int) (string, int64, error) {

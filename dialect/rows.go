@@ -21,6 +21,11 @@ func QueryAll[T any](ctx context.Context, q Querier, mapErr func(error) error, s
 	return out, nil
 }
 
+// KeepErr is the mapErr of a read whose errors stand for none of stageq's
+// sentinels (catalog and statistics reads, or a caller that classifies the
+// driver's error itself): it leaves them as they are.
+func KeepErr(err error) error { return err }
+
 // scanAll reads every row of rows with scan and closes rows.
 func scanAll[T any](rows *sql.Rows, scan func(r *sql.Rows, v *T) error) ([]T, error) {
 	defer rows.Close()

@@ -189,7 +189,7 @@ func checksumError(r dialect.Routines, have, want string) error {
 }
 
 func list(ctx context.Context, q dialect.Querier, r dialect.Routines) ([]dialect.RoutineVersion, error) {
-	out, err := dialect.QueryAll(ctx, q, noMap, r.SQL.List, func(rows *sql.Rows, v *dialect.RoutineVersion) error {
+	out, err := dialect.QueryAll(ctx, q, dialect.KeepErr, r.SQL.List, func(rows *sql.Rows, v *dialect.RoutineVersion) error {
 		if err := rows.Scan(&v.Version, &v.Checksum, &v.InstalledAt); err != nil {
 			return err
 		}
@@ -201,8 +201,6 @@ func list(ctx context.Context, q dialect.Querier, r dialect.Routines) ([]dialect
 	}
 	return out, nil
 }
-
-func noMap(err error) error { return err }
 
 // List reads the installed versions, newest first, each with the number of
 // live workers (a heartbeat within liveWithin) that call it.
@@ -242,7 +240,7 @@ func checkLive(liveWithin time.Duration) error {
 
 func inUse(ctx context.Context, q dialect.Querier, r dialect.Routines, liveWithin time.Duration) (map[int]int, error) {
 	type count struct{ version, workers int }
-	counts, err := dialect.QueryAll(ctx, q, noMap, r.SQL.InUse, func(rows *sql.Rows, c *count) error {
+	counts, err := dialect.QueryAll(ctx, q, dialect.KeepErr, r.SQL.InUse, func(rows *sql.Rows, c *count) error {
 		return rows.Scan(&c.version, &c.workers)
 	}, r.SQL.Arg("pLiveMs", liveWithin.Milliseconds()))
 	if err != nil {

@@ -69,7 +69,8 @@ UPDATE stageq_logs INDEXED BY stageq_logs_task
 // of two a task (finishOne): on a draining worker the per-statement work of
 // the engine and of database/sql was a third of SQLite's one writer. In: a
 // JSON array of [id, token] pairs. The pair test is the fence; the id test
-// alone is what the planner seeks by (the key, stageq_logs_task).
+// beside it lets the planner search Tasks by its key for each id (the plan
+// test TestBatchSuccessSeeksTasksByKey).
 const (
 	finishSucceededManySQL = `
 DELETE FROM stageq_tasks

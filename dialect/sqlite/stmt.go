@@ -82,7 +82,7 @@ type txQuerier struct {
 	// s.db run in it. A caller's transaction may come from another handle.
 	cached bool
 	stmts  map[string]*sql.Stmt // this call's statements; nil: unprepared
-	missed []string             // met unprepared: for inTx to cache
+	missed []string             // met unprepared: for inTx to cache (cached only)
 	own    []*sql.Stmt          // prepared on tx by this call
 }
 
@@ -98,7 +98,9 @@ func (q *txQuerier) stmt(ctx context.Context, query string) *sql.Stmt {
 	case p != nil && q.cached:
 		st = q.tx.StmtContext(ctx, p)
 	case !met:
-		q.missed = append(q.missed, query)
+		if q.cached { // a caller's transaction never gets to cache it
+			q.missed = append(q.missed, query)
+		}
 	default:
 		// One that fails to prepare runs unprepared, which reports its
 		// error as before.

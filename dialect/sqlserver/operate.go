@@ -434,7 +434,7 @@ func (d *SQLServer) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([
 	var out []dialect.ProcessStatus
 	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
 		var err error
-		out, err = dialect.CollectProcessStatus(ctx, d.db, f, processListSQL, stageCountSQL, stageDoneSQL, noMap,
+		out, err = dialect.CollectProcessStatus(ctx, d.db, f, processListSQL, stageCountSQL, stageDoneSQL, dialect.KeepErr,
 			nvarchar("pName", f.Name), bit("pAll", f.All))
 		return err
 	})

@@ -25,7 +25,8 @@ func queryAll[T any](ctx context.Context, d *SQLServer, mode retryMode, stmt str
 	var out []T
 	err := d.retry(ctx, mode, func(ctx context.Context) error {
 		var err error
-		out, err = dialect.QueryAll(ctx, d.db, noMap, stmt, scan, args...)
+		// The driver's error as it came, for retry to classify.
+		out, err = dialect.QueryAll(ctx, d.db, dialect.KeepErr, stmt, scan, args...)
 		return err
 	})
 	if err != nil {
@@ -70,6 +71,3 @@ func (d *SQLServer) queryCount(ctx context.Context, mode retryMode, stmt string,
 	}
 	return n, nil
 }
-
-// noMap leaves an error as the driver gave it, for retry to classify.
-func noMap(err error) error { return err }
