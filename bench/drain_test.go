@@ -67,10 +67,12 @@ func TestSpreadSizes(t *testing.T) {
 	}
 }
 
-// TestSummarize checks that rows show the medians of the runs and that every
-// drain is compared with River's median.
+// TestSummarize checks that rows show the medians of the runs, that every
+// drain is compared with River's median, and that each run's figure and its
+// ratio to the same run's River are kept beside the medians.
 func TestSummarize(t *testing.T) {
 	cfg := NewConfig()
+	cfg.Runs = 3
 	order := []string{"river", "drain/noop", "drain/sql", "enqueue/batch"}
 	rows := map[string]*Result{}
 	for _, s := range order {
@@ -98,6 +100,16 @@ func TestSummarize(t *testing.T) {
 	if !strings.Contains(n.Summary, "median of 3") {
 		t.Errorf("drain/noop summary %q", n.Summary)
 	}
+	if got, want := n.Extra["runs_tasks_per_s"], []float64{7000, 5000, 6000}; !slices.Equal(asFloats(got), want) {
+		t.Errorf("drain/noop runs_tasks_per_s %v, want %v", got, want)
+	}
+	// Run by run: 7000/30000, 5000/10000, 6000/20000.
+	if got, want := n.Extra["runs_vs_river"], []float64{0.23, 0.5, 0.3}; !slices.Equal(asFloats(got), want) {
+		t.Errorf("drain/noop runs_vs_river %v, want %v", got, want)
+	}
+	if _, ok := by["enqueue/batch"].Extra["runs_tasks_per_s"]; ok {
+		t.Errorf("one run listed as runs: %v", by["enqueue/batch"].Extra)
+	}
 	if s := by["drain/sql"]; s.VsRiver != 0 || s.Error != "boom" {
 		t.Errorf("a failed drain got a ratio: %+v", s)
 	}
@@ -110,6 +122,26 @@ func TestSummarize(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "VS RIVER") || !strings.Contains(b.String(), "0.30x") || !strings.Contains(b.String(), "55 µs") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// asFloats is v as a []float64, or nil.
+func asFloats(v any) []float64 {
+	f, _ := v.([]float64)
+	return f
+}
+
+// TestRunRatiosNeedEveryRun: after a failed run of either side the lists no
+// longer pair run with run, so no ratios are given.
+func TestRunRatiosNeedEveryRun(t *testing.T) {
+	if got := runRatios([]float64{10, 20}, []float64{5, 10, 20}, 3); got != nil {
+		t.Errorf("our run 3 missing: %v", got)
+	}
+	if got := runRatios([]float64{10, 20, 30}, []float64{5, 10}, 3); got != nil {
+		t.Errorf("River's run 3 missing: %v", got)
+	}
+	if got := runRatios([]float64{10, 20, 30}, []float64{5, 10, 20}, 3); !slices.Equal(got, []float64{2, 2, 1.5}) {
+		t.Errorf("every run: %v", got)
 	}
 }
 

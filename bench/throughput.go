@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,6 +176,9 @@ func summarize(cfg Config, order []string, rows map[string]*Result, accs map[str
 			}
 			row.Error = ""
 		}
+		if len(a.rates) > 1 {
+			row.set("runs_tasks_per_s", roundAll(a.rates, 0))
+		}
 		row.XactPerTask = median(a.xact)
 		row.PGCPUPerTaskUs = median(a.cpu)
 		if len(a.rates) > 0 && (len(a.xact) == 0 || len(a.cpu) == 0) {
@@ -192,15 +196,47 @@ func summarize(cfg Config, order []string, rows map[string]*Result, accs map[str
 		}
 		out = append(out, *row)
 	}
-	// Every drain is compared with River's burn-down of the same number of jobs.
+	// Every drain is compared with River's burn-down of the same number of jobs:
+	// the medians, and run by run with the River run beside it, so that a
+	// reader sees how far the ratio moves between runs, not only its middle.
 	if peer {
 		river := rows["river"].TasksPerSec
 		for i := range out {
 			if strings.HasPrefix(out[i].Scenario, "drain/") && river > 0 && out[i].TasksPerSec > 0 {
 				out[i].RiverTasksPerSec = river
 				out[i].VsRiver = out[i].TasksPerSec / river
+				if ratios := runRatios(accs[out[i].Scenario].rates, accs["river"].rates, cfg.Runs); len(ratios) > 1 {
+					out[i].set("runs_vs_river", ratios)
+				}
 			}
 		}
+	}
+	return out
+}
+
+// runRatios divides each run's rate by the peer's rate of the same run, when
+// both scenarios have a rate for every one of the runs (after a failed run
+// the two lists would pair the wrong runs); nil otherwise.
+func runRatios(ours, peer []float64, runs int) []float64 {
+	if len(ours) != runs || len(peer) != runs {
+		return nil
+	}
+	out := make([]float64, len(ours))
+	for i := range ours {
+		if peer[i] <= 0 {
+			return nil
+		}
+		out[i] = ours[i] / peer[i]
+	}
+	return roundAll(out, 2)
+}
+
+// roundAll rounds each figure to the given number of decimals, for the JSON.
+func roundAll(xs []float64, decimals int) []float64 {
+	scale := math.Pow(10, float64(decimals))
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = math.Round(x*scale) / scale
 	}
 	return out
 }
