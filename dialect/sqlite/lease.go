@@ -69,13 +69,13 @@ UPDATE stageq_tasks
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE id = ?2 AND lease_token = ?3 AND state = 'running'
 RETURNING last_error`
-	// In: error, id, token.
+	// In: error, id, token. INDEXED BY and +?: as finishLogSQL.
 	rescueLogSQL = `
 UPDATE stageq_logs INDEXED BY stageq_logs_task
    SET ended_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
        outcome = 'abandoned', error = ?
- WHERE task_id = ? AND lease_token = ?`
+ WHERE task_id = +? AND lease_token = +?`
 )
 
 // TaskRescueExpired implements dialect.Dialect.
