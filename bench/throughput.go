@@ -176,7 +176,9 @@ func summarize(cfg Config, order []string, rows map[string]*Result, accs map[str
 			}
 			row.Error = ""
 		}
-		if len(a.rates) > 1 {
+		// Only when every run has a rate: after a failed run the list's
+		// places would no longer be run numbers.
+		if len(a.rates) > 1 && len(a.rates) == cfg.Runs {
 			row.set("runs_tasks_per_s", roundAll(a.rates, 0))
 		}
 		row.XactPerTask = median(a.xact)

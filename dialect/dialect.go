@@ -103,11 +103,14 @@ type Notifier interface {
 // round trip; the worker then records results in batches. Each result is fenced
 // by its own token exactly as TaskFinish fences one.
 type BatchFinisher interface {
-	// TaskFinishMany ends the attempts in one transaction (SQL Server: one per
-	// chunk of 500; a batch that names a task twice: one per round, finish.go).
+	// TaskFinishMany ends the attempts in one transaction; SQL Server uses one
+	// per chunk (maxFinishChunk in dialect/sqlserver). A batch that names a task
+	// twice goes in rounds that name each task once (FinishInRounds in this
+	// package): PostgreSQL and SQL Server run each round in transactions of
+	// its own, SQLite runs such a batch entry by entry in one transaction.
 	// Held[i] reports whether ps[i]'s token still held its task
 	// (false: nothing was changed for it, as ErrLeaseLost from TaskFinish),
-	// also when ps names one task twice under two tokens (finish.go).
+	// also when ps names one task twice under two tokens.
 	TaskFinishMany(ctx context.Context, ps []FinishParams) (FinishResult, error)
 }
 

@@ -184,10 +184,10 @@ func finishSucceededMany(ctx context.Context, q dialect.Querier, ps []dialect.Fi
 	at := map[attempt]int{}
 	pairs := []byte{'['}
 	for i, fp := range ps {
-		a := attempt{fp.TaskID, fp.Token}
 		if !isPlainSuccess(fp) {
 			continue
 		}
+		a := attempt{fp.TaskID, fp.Token}
 		at[a] = i
 		if len(pairs) > 1 {
 			pairs = append(pairs, ',')
