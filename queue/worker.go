@@ -173,6 +173,7 @@ type Worker struct {
 	// taskCtx and tasks are Run's: what every attempt runs under.
 	taskCtx context.Context
 	tasks   *sync.WaitGroup
+	runners *runners // the goroutines attempts run on
 
 	slotFree chan struct{}  // a task ended
 	wake     chan struct{}  // work may be available (notification, rescue)
@@ -205,6 +206,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		slotFree: make(chan struct{}, 1),
 		wake:     make(chan struct{}, 1),
 	}
+	w.runners = newRunners(runnerIdle, w.runAttempt)
 	if c.migrate {
 		w.reinstall = c.Migrate
 	}
@@ -335,6 +337,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	unwatch()
 	w.stopBuffer() // also when the claim loop ended without ctx (ExitWhenIdle)
 	w.shutdown(&tasks, cancelTasks)
+	w.runners.stop()
 	if w.finishes != nil { // every task has recorded its end by now
 		close(w.finishes)
 		close(w.handBacks)
@@ -449,34 +452,39 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 // claimAfterShutdown bounds a claim still in flight when shutdown begins.
 const claimAfterShutdown = 2 * time.Second
 
-// launch runs an admitted attempt in a goroutine of its own. Called with w.mu
+// launch runs an admitted attempt on a runner (runners.go). Called with w.mu
 // held and the attempt's slot counted in executing.
 func (w *Worker) launch(runCtx context.Context, cancel context.CancelCauseFunc, t attempt) {
-	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	w.tasks.Add(1)
-	go func() {
-		defer w.tasks.Done()
-		began := time.Now()
-		var once sync.Once
-		bodyDone := func() {
-			once.Do(func() {
-				w.bodies.observe(time.Since(began))
-				w.mu.Lock()
-				w.slotFreed()
-				w.mu.Unlock()
-				signal(w.slotFree)
-			})
-		}
-		defer func() {
-			bodyDone()
+	w.runners.start(runJob{ctx: runCtx, cancel: cancel, t: t})
+}
+
+// runAttempt runs one attempt to its recorded end, giving its slot back as
+// soon as its body has ended.
+func (w *Worker) runAttempt(j runJob) {
+	t, cancel := j.t, j.cancel
+	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
+	defer w.tasks.Done()
+	began := time.Now()
+	var once sync.Once
+	bodyDone := func() {
+		once.Do(func() {
+			w.bodies.observe(time.Since(began))
 			w.mu.Lock()
-			delete(w.running, key)
+			w.slotFreed()
 			w.mu.Unlock()
-			cancel(nil)
 			signal(w.slotFree)
-		}()
-		w.runTask(runCtx, t, bodyDone)
+		})
+	}
+	defer func() {
+		bodyDone()
+		w.mu.Lock()
+		delete(w.running, key)
+		w.mu.Unlock()
+		cancel(nil)
+		signal(w.slotFree)
 	}()
+	w.runTask(j.ctx, t, bodyDone)
 }
 
 // executingCount is the attempts whose body is running.
