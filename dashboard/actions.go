@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/operate"
 )
 
 // An action changes the queue through the same calls as queuectl (the
@@ -31,40 +31,37 @@ func taskID(target string) (int64, error) {
 	return id, nil
 }
 
-// onTask is the run of an action on one task, whose id is the target: call,
-// then say done (a format of the id).
-func onTask(call func(dialect.Operator, context.Context, int64) error, done string) func(*Server, *http.Request, string, int) (string, error) {
+// onTask and onProcess run a retry, discard or cancel, whose target is a task
+// id or a process name; operate holds the calls and messages queuectl shares.
+func onTask(a operate.Action) func(*Server, *http.Request, string, int) (string, error) {
 	return func(s *Server, r *http.Request, t string, _ int) (string, error) {
 		id, err := taskID(t)
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf(done, id), call(s.op, r.Context(), id)
+		return a.OnTask(r.Context(), s.op, id)
+	}
+}
+
+func onProcess(a operate.Action) func(*Server, *http.Request, string, int) (string, error) {
+	return func(s *Server, r *http.Request, t string, _ int) (string, error) {
+		return a.OnProcess(r.Context(), s.op, t)
 	}
 }
 
 var actions = map[string]actionDef{
 	"task-retry": {Title: "Retry task %s?", Detail: "It runs again with fresh attempts (only a task that failed for good).",
-		run: onTask(dialect.Operator.TaskRetry, "task %d will run again")},
+		run: onTask(operate.Retry)},
 	"task-discard": {Title: "Discard task %s?", Detail: "It counts as finished: later stages of its process may run.",
-		run: onTask(dialect.Operator.TaskDiscard, "task %d discarded")},
+		run: onTask(operate.Discard)},
 	"task-cancel": {Title: "Cancel task %s?", Detail: "It leaves the queue without running (a running task is refused).",
-		run: onTask(dialect.Operator.TaskCancel, "task %d cancelled")},
+		run: onTask(operate.Cancel)},
 	"process-retry": {Title: "Retry every failed task of process %s?", Detail: "They run again with fresh attempts.",
-		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			n, err := s.op.ProcessRetry(r.Context(), t)
-			return fmt.Sprintf("%d failed task(s) of process %q will run again", n, t), err
-		}},
+		run: onProcess(operate.Retry)},
 	"process-discard": {Title: "Discard every failed task of process %s?", Detail: "Later stages may run.",
-		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			n, err := s.op.ProcessDiscard(r.Context(), t)
-			return fmt.Sprintf("%d failed task(s) of process %q discarded", n, t), err
-		}},
+		run: onProcess(operate.Discard)},
 	"process-cancel": {Title: "Cancel every waiting task of process %s?", Detail: "Running tasks finish their attempt.",
-		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			n, running, err := s.op.ProcessCancel(r.Context(), t)
-			return fmt.Sprintf("%d task(s) of process %q cancelled; %d still running will finish their attempt", n, t, running), err
-		}},
+		run: onProcess(operate.Cancel)},
 	"process-pause": {Title: "Pause process %s?", Detail: "No new task of it starts; running ones finish.",
 		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
 			return fmt.Sprintf("process %q paused", t), s.op.ProcessSetPaused(r.Context(), t, true)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -10,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/operate"
 )
 
 // taskOrProcess reads the target of retry / discard / cancel: a task id as the
@@ -31,11 +31,8 @@ func taskOrProcess(args []string, process string) (int64, error) {
 }
 
 // newTaskOpCommand builds retry, discard and cancel, which share their shape:
-// onTask acts on one task, which the command then reports with taskDone (a
-// format of the task id); onProcess acts on a process and says what it did.
-func newTaskOpCommand(dsn *string, use, short, long string,
-	onTask func(dialect.Operator, context.Context, int64) error, taskDone string,
-	onProcess func(op dialect.Operator, cmd *cobra.Command, name string) (string, error)) *cobra.Command {
+// act on one task or on a process, then say what was done.
+func newTaskOpCommand(dsn *string, use, short, long string, act operate.Action) *cobra.Command {
 	var (
 		id      int64 // the TASK_ID argument; 0 with --process
 		process string
@@ -58,9 +55,9 @@ func newTaskOpCommand(dsn *string, use, short, long string,
 				err error
 			)
 			if id != 0 {
-				msg, err = fmt.Sprintf(taskDone, id), onTask(op, cmd.Context(), id)
+				msg, err = act.OnTask(cmd.Context(), op, id)
 			} else {
-				msg, err = onProcess(op, cmd, process)
+				msg, err = act.OnProcess(cmd.Context(), op, process)
 			}
 			if err != nil {
 				return opError(err)
@@ -80,34 +77,19 @@ func newTaskOpCommand(dsn *string, use, short, long string,
 func newRetryCommand(dsn *string) *cobra.Command {
 	return newTaskOpCommand(dsn, "retry", "Run a failed task (or every failed task of a process) again with fresh attempts",
 		"Only tasks that failed for good can be retried; a running or waiting task is refused (exit 4).",
-		dialect.Operator.TaskRetry, "task %d will run again",
-		onFailedTasks(dialect.Operator.ProcessRetry, "will run again"))
+		operate.Retry)
 }
 
 func newDiscardCommand(dsn *string) *cobra.Command {
 	return newTaskOpCommand(dsn, "discard", "Give up on a failed task (or every failed task of a process): later stages may run",
 		"A discarded task counts as finished for the stage barrier. Only failed tasks can be discarded (exit 4 otherwise).",
-		dialect.Operator.TaskDiscard, "task %d discarded",
-		onFailedTasks(dialect.Operator.ProcessDiscard, "discarded"))
+		operate.Discard)
 }
 
 func newCancelCommand(dsn *string) *cobra.Command {
 	return newTaskOpCommand(dsn, "cancel", "Remove a task that is not running (or every such task of a process)",
 		"Running tasks are never interrupted: cancelling one is refused (exit 4); for a process, they finish their attempt.",
-		dialect.Operator.TaskCancel, "task %d cancelled",
-		func(op dialect.Operator, cmd *cobra.Command, name string) (string, error) {
-			n, running, err := op.ProcessCancel(cmd.Context(), name)
-			return fmt.Sprintf("%d task(s) of process %q cancelled; %d still running will finish their attempt", n, name, running), err
-		})
-}
-
-// onFailedTasks is the process side of retry and discard: both act on the
-// process's failed tasks alone and say how many there were.
-func onFailedTasks(call func(dialect.Operator, context.Context, string) (int, error), done string) func(dialect.Operator, *cobra.Command, string) (string, error) {
-	return func(op dialect.Operator, cmd *cobra.Command, name string) (string, error) {
-		n, err := call(op, cmd.Context(), name)
-		return fmt.Sprintf("%d failed task(s) of process %q %s", n, name, done), err
-	}
+		operate.Cancel)
 }
 
 func newPauseCommand(dsn *string, pause bool) *cobra.Command {
