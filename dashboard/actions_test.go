@@ -266,6 +266,11 @@ func TestTaskActions(t *testing.T) {
 		})
 
 		t.Run("unknown task", func(t *testing.T) {
+			// The page of a task that neither waits nor has run is not
+			// found; the ones above (gone, with Logs rows) were shown.
+			if resp, body := b.do(t, http.MethodGet, "/task/999999", nil); resp.StatusCode != http.StatusNotFound {
+				t.Errorf("GET /task/999999: %s, want 404\n%.300s", resp.Status, body)
+			}
 			page := b.get(t, "/tasks")
 			csrf := regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`).FindStringSubmatch(page)
 			if csrf == nil {

@@ -119,18 +119,20 @@ func (s *Server) task(r *http.Request) (string, any, error) {
 		return "", nil, fmt.Errorf("%w: task id %q", errBadInput, r.PathValue("id"))
 	}
 	data := map[string]any{"ID": id}
-	w, err := s.in.TaskWait(r.Context(), id, s.cfg.DeadAfter)
+	w, waitErr := s.in.TaskWait(r.Context(), id, s.cfg.DeadAfter)
 	switch {
-	case err == nil:
+	case waitErr == nil:
 		data["Wait"], data["Reasons"] = w, Explain(w)
-	case !isNotFound(err):
-		return "", nil, err
+	case !isNotFound(waitErr):
+		return "", nil, waitErr
 	}
 	logs, err := s.d.LogList(r.Context(), dialect.LogFilter{TaskID: id, Limit: 200})
 	if err != nil {
 		return "", nil, err
 	}
-	if err != nil && len(logs) == 0 {
+	// A task that has left the queue is still shown by its Logs rows; one
+	// with neither never existed (or its history was pruned).
+	if waitErr != nil && len(logs) == 0 {
 		return "", nil, fmt.Errorf("task %d: %w", id, dialect.ErrNotFound)
 	}
 	data["Logs"] = logs
