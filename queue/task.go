@@ -21,6 +21,11 @@ type Task struct {
 // the attempt (retried with backoff until MaxAttempts; wrap with NoRetry to fail
 // for good at once). ctx ends when the worker shuts down past its grace period or
 // loses the task's lease: stop then, the result will not be recorded.
+//
+// The goroutine a Handler runs on is kept for later attempts (of any kind): a
+// Handler that locks its OS thread (runtime.LockOSThread) must unlock it before
+// it returns, and must not leave a thread it changed (namespaces, credentials)
+// behind. Profile labels are reset to the worker's before each attempt.
 type Handler func(ctx context.Context, t *Task) error
 
 // KindSQL is the kind of tasks whose body is SQL run by the worker itself.

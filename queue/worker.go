@@ -460,8 +460,8 @@ func (w *Worker) launch(runCtx context.Context, cancel context.CancelCauseFunc, 
 }
 
 // runAttempt runs one attempt to its recorded end, giving its slot back as
-// soon as its body has ended.
-func (w *Worker) runAttempt(j runJob) {
+// soon as its body has ended; its runner may then run another.
+func (w *Worker) runAttempt(j runJob) bool {
 	t, cancel := j.t, j.cancel
 	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	defer w.tasks.Done()
@@ -485,6 +485,7 @@ func (w *Worker) runAttempt(j runJob) {
 		signal(w.slotFree)
 	}()
 	w.runTask(j.ctx, t, bodyDone)
+	return true
 }
 
 // executingCount is the attempts whose body is running.
