@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,19 +17,28 @@ import (
 // tasks, that copying was a tenth of the worker's CPU. A runner that goes on
 // to the next attempt keeps the stack it grew.
 //
+// The runner that became idle last takes the next attempt: the garbage
+// collector shrinks the stacks of goroutines that wait long, so the one that
+// waited least most likely has its stack still grown; and after a burst, the
+// runners left without work end after runnerIdle instead of taking turns.
+//
 // A Handler therefore runs on a goroutine that ran other attempts before and
 // will run more after it, as an HTTP handler does on a kept-alive connection
 // (Handler's documentation says what that asks of it). Ending the runner after
 // each Handler instead brought the stack growth back to the no-op drain.
 type runners struct {
-	jobs chan runJob   // unbuffered: a send succeeds only into an idle runner
-	done chan struct{} // closed by stop
-	idle time.Duration // how long a runner waits for another attempt
-	// run runs one attempt and says whether its goroutine may take another.
+	mu      sync.Mutex
+	idle    []*runner     // waiting for an attempt, the last to wait last
+	done    chan struct{} // closed by stop
+	wait    time.Duration // how long a runner waits for another attempt
 	run     func(runJob) (reuse bool)
 	wg      sync.WaitGroup
 	spawned atomic.Int64 // runners started, for tests
 }
+
+// runner is one idle runner's mailbox. start puts an attempt there while it
+// holds runners.mu, once, so the send never blocks.
+type runner struct{ next chan runJob }
 
 // runJob is one admitted attempt and the context it runs under.
 type runJob struct {
@@ -41,12 +51,12 @@ type runJob struct {
 // so that an idle worker does not keep a burst's goroutines.
 const runnerIdle = 5 * time.Second
 
-func newRunners(idle time.Duration, run func(runJob) bool) *runners {
-	return &runners{jobs: make(chan runJob), done: make(chan struct{}), idle: idle, run: run}
+func newRunners(wait time.Duration, run func(runJob) bool) *runners {
+	return &runners{done: make(chan struct{}), wait: wait, run: run}
 }
 
-// start runs j on an idle runner, or on a new one when none is idle: an
-// attempt never waits for a runner.
+// start runs j on the runner that became idle last, or on a new one when none
+// is idle: an attempt never waits for a runner.
 func (r *runners) start(j runJob) {
 	select {
 	case <-r.done:
@@ -55,11 +65,16 @@ func (r *runners) start(j runJob) {
 		panic("queue: an attempt started after the worker's runners stopped")
 	default:
 	}
-	select {
-	case r.jobs <- j:
+	r.mu.Lock()
+	if n := len(r.idle); n > 0 {
+		rn := r.idle[n-1]
+		r.idle[n-1] = nil
+		r.idle = r.idle[:n-1]
+		rn.next <- j
+		r.mu.Unlock()
 		return
-	default:
 	}
+	r.mu.Unlock()
 	r.wg.Add(1)
 	r.spawned.Add(1)
 	go r.loop(j)
@@ -67,8 +82,9 @@ func (r *runners) start(j runJob) {
 
 func (r *runners) loop(j runJob) {
 	defer r.wg.Done()
-	idle := time.NewTimer(r.idle)
-	defer idle.Stop()
+	self := &runner{next: make(chan runJob, 1)}
+	timer := time.NewTimer(r.wait)
+	defer timer.Stop()
 	for {
 		// The labels a profile cuts by (pprof.Do around Run) are the
 		// attempt's context's, whatever the last attempt set.
@@ -78,15 +94,40 @@ func (r *runners) loop(j runJob) {
 		}
 		j = runJob{} // an idle runner keeps no attempt alive
 		// Go 1.23 timers: Reset discards a fire that was not received.
-		idle.Reset(r.idle)
+		timer.Reset(r.wait)
+		r.mu.Lock()
+		r.idle = append(r.idle, self)
+		r.mu.Unlock()
 		select {
-		case j = <-r.jobs:
-		case <-idle.C:
-			return
+		case j = <-self.next:
+		case <-timer.C:
+			if r.leave(self) {
+				return
+			}
+			j = <-self.next // a start took this runner just as it timed out
 		case <-r.done:
-			return
+			return // nothing starts after stop, so nothing waits in next
 		}
 	}
+}
+
+// leave takes rn off the idle list; false when a start took it first, whose
+// attempt is then in rn.next.
+func (r *runners) leave(rn *runner) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.Index(r.idle, rn); i >= 0 {
+		r.idle = slices.Delete(r.idle, i, i+1)
+		return true
+	}
+	return false
+}
+
+// idleCount is how many runners wait for an attempt.
+func (r *runners) idleCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.idle)
 }
 
 // stop ends the idle runners and waits for them. Called once every attempt

@@ -140,3 +140,48 @@ func TestRunnersStartAfterStop(t *testing.T) {
 	}()
 	r.start(runnerJob(1))
 }
+
+// TestRunnersLastIdleFirst: after a burst, attempts one at a time go to the
+// runner that became idle last, so the others are left without work and end
+// after their idle time; taking turns, all six would stay.
+func TestRunnersLastIdleFirst(t *testing.T) {
+	var release sync.WaitGroup
+	ran := make(chan int64, 64)
+	r := newRunners(150*time.Millisecond, func(j runJob) bool {
+		ran <- j.t.ID
+		if j.t.ID < 0 {
+			release.Wait()
+		}
+		return true
+	})
+	defer r.stop()
+	release.Add(1)
+	const burst = 6
+	for id := int64(-1); id >= -burst; id-- {
+		r.start(runnerJob(id))
+	}
+	for range burst {
+		<-ran
+	}
+	release.Done()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	waitFor("the burst's runners did not all wait for work", func() bool { return r.idleCount() == burst })
+
+	// One attempt every 20 ms for 600 ms: a runner that took every sixth
+	// would never wait 150 ms.
+	for id := int64(1); id <= 30; id++ {
+		r.start(runnerJob(id))
+		<-ran
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := r.idleCount(); n > 2 {
+		t.Fatalf("%d runners still wait after 600 ms of one attempt at a time: they took turns", n)
+	}
+}
