@@ -61,12 +61,18 @@ func TestRunnersReuse(t *testing.T) {
 	}
 	release.Done()
 
-	stopped := make(chan struct{})
-	go func() { r.stop(); close(stopped) }()
+	within(t, 10*time.Second, "stop did not end the idle runners", r.stop)
+}
+
+// within fails t when fn has not returned after d.
+func within(t *testing.T, d time.Duration, failure string, fn func()) {
+	t.Helper()
+	returned := make(chan struct{})
+	go func() { fn(); close(returned) }()
 	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stop did not end the idle runners")
+	case <-returned:
+	case <-time.After(d):
+		t.Fatal(failure)
 	}
 }
 
@@ -83,13 +89,7 @@ func TestRunnersEndWhenIdle(t *testing.T) {
 			r := newRunners(c.idle, func(runJob) bool { close(done); return c.reuse })
 			r.start(runnerJob(1))
 			<-done
-			ended := make(chan struct{})
-			go func() { r.wg.Wait(); close(ended) }()
-			select {
-			case <-ended:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the runner did not end")
-			}
+			within(t, 10*time.Second, "the runner did not end", r.wg.Wait)
 			close(r.done)
 		})
 	}
@@ -113,13 +113,7 @@ func TestRunnersNoAttemptLost(t *testing.T) {
 			time.Sleep(time.Duration(rand.IntN(100)) * time.Microsecond)
 		}
 	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(30 * time.Second):
-		t.Fatal("not every attempt ran")
-	}
+	within(t, 30*time.Second, "not every attempt ran", wg.Wait)
 	r.stop()
 	for id := range runs {
 		if got := runs[id].Load(); got != 1 {
