@@ -64,11 +64,11 @@ var actions = map[string]actionDef{
 		run: onProcess(operate.Cancel)},
 	"process-pause": {Title: "Pause process %s?", Detail: "No new task of it starts; running ones finish.",
 		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			return fmt.Sprintf("process %q paused", t), s.op.ProcessSetPaused(r.Context(), t, true)
+			return operate.SetPaused(r.Context(), s.op, t, true)
 		}},
 	"process-resume": {Title: "Resume process %s?", Detail: "Workers claim its tasks again.",
 		run: func(s *Server, r *http.Request, t string, _ int) (string, error) {
-			return fmt.Sprintf("process %q resumed", t), s.op.ProcessSetPaused(r.Context(), t, false)
+			return operate.SetPaused(r.Context(), s.op, t, false)
 		}},
 	"limit-set": {Title: "Set limit %s?", Detail: "It takes effect at the next claim; running tasks above it finish.", value: true,
 		run: func(s *Server, r *http.Request, t string, v int) (string, error) {

@@ -102,14 +102,11 @@ func newPauseCommand(dsn *string, pause bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: withOperator(dsn, func(cmd *cobra.Command, args []string, op dialect.Operator) error {
-			if err := op.ProcessSetPaused(cmd.Context(), args[0], pause); err != nil {
+			msg, err := operate.SetPaused(cmd.Context(), op, args[0], pause)
+			if err != nil {
 				return opError(err)
 			}
-			verb := "paused"
-			if !pause {
-				verb = "resumed"
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "process %q %s\n", args[0], verb)
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
 			return err
 		}),
 	}

@@ -1,7 +1,8 @@
 // Package operate is the operator actions that queuectl and the dashboard
-// both offer: retry, discard and cancel, of one task or of a process. Each
-// names its dialect.Operator calls and what it says when done once, so that
-// the command line and the page cannot drift apart on either. It is a package
+// both offer: retry, discard and cancel, of one task or of a process, and a
+// process's pause and resume. Each names its dialect.Operator calls and what
+// it says when done once, so that the command line and the page cannot drift
+// apart on either. It is a package
 // of its own because internal/cli imports the dashboard.
 package operate
 
@@ -53,4 +54,14 @@ func onFailed(call func(dialect.Operator, context.Context, string) (int, error),
 func cancelProcess(ctx context.Context, op dialect.Operator, name string) (string, error) {
 	n, running, err := op.ProcessCancel(ctx, name)
 	return fmt.Sprintf("%d task(s) of process %q cancelled; %d still running will finish their attempt", n, name, running), err
+}
+
+// SetPaused pauses process name (pause true) or resumes it, and says which;
+// the message is meant only when err is nil.
+func SetPaused(ctx context.Context, op dialect.Operator, name string, pause bool) (string, error) {
+	verb := "paused"
+	if !pause {
+		verb = "resumed"
+	}
+	return fmt.Sprintf("process %q %s", name, verb), op.ProcessSetPaused(ctx, name, pause)
 }
