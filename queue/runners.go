@@ -31,7 +31,7 @@ type runners struct {
 	idle    []*runner     // waiting for an attempt, the last to wait last
 	done    chan struct{} // closed by stop
 	wait    time.Duration // how long a runner waits for another attempt
-	run     func(runJob) (reuse bool)
+	run     func(runJob)
 	wg      sync.WaitGroup
 	spawned atomic.Int64 // runners started, for tests
 }
@@ -51,7 +51,7 @@ type runJob struct {
 // so that an idle worker does not keep a burst's goroutines.
 const runnerIdle = 5 * time.Second
 
-func newRunners(wait time.Duration, run func(runJob) bool) *runners {
+func newRunners(wait time.Duration, run func(runJob)) *runners {
 	return &runners{done: make(chan struct{}), wait: wait, run: run}
 }
 
@@ -89,9 +89,7 @@ func (r *runners) loop(j runJob) {
 		// The labels a profile cuts by (pprof.Do around Run) are the
 		// attempt's context's, whatever the last attempt set.
 		pprof.SetGoroutineLabels(j.ctx)
-		if !r.run(j) {
-			return
-		}
+		r.run(j)
 		j = runJob{} // an idle runner keeps no attempt alive
 		// Go 1.23 timers: Reset discards a fire that was not received.
 		timer.Reset(r.wait)

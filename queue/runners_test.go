@@ -21,12 +21,11 @@ func runnerJob(id int64) runJob {
 func TestRunnersReuse(t *testing.T) {
 	var release sync.WaitGroup
 	ran := make(chan int64, 64)
-	r := newRunners(time.Hour, func(j runJob) bool {
+	r := newRunners(time.Hour, func(j runJob) {
 		ran <- j.t.ID
 		if j.t.ID < 0 { // the burst's: held until released
 			release.Wait()
 		}
-		return true
 	})
 
 	// One after another, with a pause between them like a claim's round
@@ -76,23 +75,14 @@ func within(t *testing.T, d time.Duration, failure string, fn func()) {
 	}
 }
 
-// TestRunnersEndWhenIdle: a runner left without work ends by itself, and one
-// whose attempt may not be followed on its goroutine (a Handler's) ends at once.
+// TestRunnersEndWhenIdle: a runner left without work ends by itself.
 func TestRunnersEndWhenIdle(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		idle  time.Duration
-		reuse bool
-	}{{"idle time over", 20 * time.Millisecond, true}, {"not reusable", time.Hour, false}} {
-		t.Run(c.name, func(t *testing.T) {
-			done := make(chan struct{})
-			r := newRunners(c.idle, func(runJob) bool { close(done); return c.reuse })
-			r.start(runnerJob(1))
-			<-done
-			within(t, 10*time.Second, "the runner did not end", r.wg.Wait)
-			close(r.done)
-		})
-	}
+	done := make(chan struct{})
+	r := newRunners(20*time.Millisecond, func(runJob) { close(done) })
+	r.start(runnerJob(1))
+	<-done
+	within(t, 10*time.Second, "the idle runner did not end", r.wg.Wait)
+	close(r.done)
 }
 
 // TestRunnersNoAttemptLost: starts racing runners that are giving up their
@@ -102,10 +92,9 @@ func TestRunnersNoAttemptLost(t *testing.T) {
 	var runs [n]atomic.Int32
 	var wg sync.WaitGroup
 	wg.Add(n)
-	r := newRunners(50*time.Microsecond, func(j runJob) bool {
+	r := newRunners(50*time.Microsecond, func(j runJob) {
 		runs[j.t.ID].Add(1)
 		wg.Done()
-		return true
 	})
 	for id := range int64(n) {
 		r.start(runnerJob(id))
@@ -125,7 +114,7 @@ func TestRunnersNoAttemptLost(t *testing.T) {
 // TestRunnersStartAfterStop: a start after stop is a bug of the worker's
 // shutdown; it panics rather than run an attempt nothing waits for.
 func TestRunnersStartAfterStop(t *testing.T) {
-	r := newRunners(time.Hour, func(runJob) bool { return true })
+	r := newRunners(time.Hour, func(runJob) {})
 	r.stop()
 	defer func() {
 		if recover() == nil {
@@ -141,12 +130,11 @@ func TestRunnersStartAfterStop(t *testing.T) {
 func TestRunnersLastIdleFirst(t *testing.T) {
 	var release sync.WaitGroup
 	ran := make(chan int64, 64)
-	r := newRunners(150*time.Millisecond, func(j runJob) bool {
+	r := newRunners(150*time.Millisecond, func(j runJob) {
 		ran <- j.t.ID
 		if j.t.ID < 0 {
 			release.Wait()
 		}
-		return true
 	})
 	defer r.stop()
 	release.Add(1)

@@ -461,7 +461,7 @@ func (w *Worker) launch(runCtx context.Context, cancel context.CancelCauseFunc, 
 
 // runAttempt runs one attempt to its recorded end, giving its slot back as
 // soon as its body has ended; its runner may then run another.
-func (w *Worker) runAttempt(j runJob) bool {
+func (w *Worker) runAttempt(j runJob) {
 	t, cancel := j.t, j.cancel
 	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	defer w.tasks.Done()
@@ -485,7 +485,6 @@ func (w *Worker) runAttempt(j runJob) bool {
 		signal(w.slotFree)
 	}()
 	w.runTask(j.ctx, t, bodyDone)
-	return true
 }
 
 // executingCount is the attempts whose body is running.
