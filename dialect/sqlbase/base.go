@@ -5,8 +5,9 @@
 // transaction, how it re-derives a process's stage, how it takes a time) and
 // embeds it, so the loops, locks order, errors and audit rows are written once.
 //
-// PostgreSQL and SQLite embed a Base. SQL Server runs each of these actions as
-// one T-SQL batch with typed parameters (dialect/sqlserver), so it keeps its own.
+// PostgreSQL and SQLite embed a Base. SQL Server takes its reads and exclusive
+// leases from one (dialect/sqlserver/base.go); its operator actions, limits,
+// retention and schedules still run as T-SQL batches of its own.
 package sqlbase
 
 import (
@@ -18,7 +19,9 @@ import (
 )
 
 // Base implements the parts of dialect.Dialect and dialect.Operator that are
-// the same Go in every dialect that embeds it. Every field must be set.
+// the same Go in every dialect that embeds it. Every field must be set, but
+// by a dialect that takes only some of Base's methods: it sets the fields
+// those use.
 type Base struct {
 	// Pool is where reads and single-statement writes run.
 	Pool dialect.Querier
@@ -46,6 +49,11 @@ type Base struct {
 	IDs func([]int64) (any, error)
 	// Interval is a lease's time to live as the lease statements take it.
 	Interval func(time.Duration) any
+	// Retry, where set, runs fn again after the dialect's transient errors (a
+	// deadlock victim, a failover) for work Base runs on the pool; repeatable
+	// says fn may also run again after an error that leaves its outcome unknown
+	// (a connection lost mid-request). nil runs fn once.
+	Retry func(ctx context.Context, repeatable bool, fn func(ctx context.Context) error) error
 	// LeasesInTx runs each exclusive-lease change in a write transaction of its
 	// own (InTx): SQLite needs its write lock from the start, or a statement
 	// that reads and then writes can fail to upgrade. Where each statement is
@@ -58,6 +66,15 @@ type Base struct {
 	Retention RetentionStatements
 	Schedule  ScheduleStatements
 	Lease     LeaseStatements
+}
+
+// onPool runs fn, which works on the pool, through Retry where the dialect has
+// one.
+func (b *Base) onPool(ctx context.Context, repeatable bool, fn func(ctx context.Context) error) error {
+	if b.Retry == nil {
+		return fn(ctx)
+	}
+	return b.Retry(ctx, repeatable, fn)
 }
 
 // Statements are a dialect's texts for Base. "In" lists the parameters in

@@ -47,7 +47,7 @@ func scanLease(row *sql.Row, l *dialect.LeaseInfo, lead ...any) error {
 func (b *Base) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParams) (dialect.LeaseInfo, bool, error) {
 	var l dialect.LeaseInfo
 	acquired := false
-	err := b.leaseRun(ctx, func(q dialect.Querier) error {
+	err := b.leaseRun(ctx, true, func(ctx context.Context, q dialect.Querier) error {
 		l = dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder}
 		err := scanLease(q.QueryRowContext(ctx, b.Lease.Acquire, lp.Name, lp.Holder, b.Interval(lp.TTL)), &l, &l.Token)
 		if err == nil {
@@ -74,7 +74,7 @@ func (b *Base) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParam
 // LeaseExtend implements dialect.Scheduler.
 func (b *Base) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (dialect.LeaseInfo, error) {
 	l := dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}
-	err := b.leaseRun(ctx, func(q dialect.Querier) error {
+	err := b.leaseRun(ctx, true, func(ctx context.Context, q dialect.Querier) error {
 		return scanLease(q.QueryRowContext(ctx, b.Lease.Extend, lp.Name, lp.Holder, lp.Token, b.Interval(lp.TTL)), &l)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -89,7 +89,9 @@ func (b *Base) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (d
 // LeaseRelease implements dialect.Scheduler.
 func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) error {
 	var n int64
-	err := b.leaseRun(ctx, func(q dialect.Querier) error {
+	// Not repeated after a lost answer: a release that did happen would then
+	// report the lease lost.
+	err := b.leaseRun(ctx, false, func(ctx context.Context, q dialect.Querier) error {
 		res, err := q.ExecContext(ctx, b.Lease.Release, lp.Name, lp.Holder, lp.Token)
 		if err != nil {
 			return b.MapErr(err)
@@ -108,18 +110,23 @@ func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) 
 
 // LeaseList implements dialect.Scheduler.
 func (b *Base) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Lease.List, dialect.ScanLeaseInfo, f.Name, f.HeldOnly)
+	var out []dialect.LeaseInfo
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Lease.List, dialect.ScanLeaseInfo, f.Name, f.HeldOnly)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	return out, nil
 }
 
-// leaseRun runs one lease change on the pool, or in a write transaction of its
-// own where the dialect needs one (LeasesInTx).
-func (b *Base) leaseRun(ctx context.Context, fn func(q dialect.Querier) error) error {
+// leaseRun runs one lease change on the pool (through Retry; repeatable as
+// onPool), or in a write transaction of its own where the dialect needs one
+// (LeasesInTx).
+func (b *Base) leaseRun(ctx context.Context, repeatable bool, fn func(ctx context.Context, q dialect.Querier) error) error {
 	if b.LeasesInTx {
-		return b.InTx(ctx, nil, fn)
+		return b.InTx(ctx, nil, func(q dialect.Querier) error { return fn(ctx, q) })
 	}
-	return fn(b.Pool)
+	return b.onPool(ctx, repeatable, func(ctx context.Context) error { return fn(ctx, b.Pool) })
 }

@@ -205,12 +205,21 @@ func (b *Base) TaskCancel(ctx context.Context, id int64) error {
 
 // ProcessList implements dialect.Operator.
 func (b *Base) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
-	return dialect.CollectProcessStatus(ctx, b.Pool, f, b.SQL.ProcessList, b.SQL.StageCount, b.SQL.StageDone, b.MapErr)
+	var out []dialect.ProcessStatus
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.CollectProcessStatus(ctx, b.Pool, f, b.SQL.ProcessList, b.SQL.StageCount, b.SQL.StageDone, b.MapErr)
+		return err
+	})
+	return out, err
 }
 
 // WorkerList implements dialect.Operator.
 func (b *Base) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.WorkerList, dialect.ScanWorkerStatus)
+	var out []dialect.WorkerStatus
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.WorkerList, dialect.ScanWorkerStatus)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}

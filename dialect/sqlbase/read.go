@@ -24,8 +24,12 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 	if since.IsZero() {
 		since = time.Unix(0, 0)
 	}
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LogList, dialect.ScanLogEntry,
-		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit))
+	var out []dialect.LogEntry
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LogList, dialect.ScanLogEntry,
+			f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list logs: %w", err)
 	}
@@ -34,8 +38,12 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 
 // TaskList implements dialect.Dialect.
 func (b *Base) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.TaskList, dialect.ScanTaskInfo,
-		f.Process, f.State, rowLimit(f.Limit))
+	var out []dialect.TaskInfo
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.TaskList, dialect.ScanTaskInfo,
+			f.Process, f.State, rowLimit(f.Limit))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -46,7 +54,9 @@ func (b *Base) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.Ta
 func (b *Base) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo, error) {
 	var pi dialect.ProcessInfo
 	var cur sql.NullInt64
-	err := b.Pool.QueryRowContext(ctx, b.SQL.ProcessGet, name).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
+	err := b.onPool(ctx, true, func(ctx context.Context) error {
+		return b.Pool.QueryRowContext(ctx, b.SQL.ProcessGet, name).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return pi, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
 	}

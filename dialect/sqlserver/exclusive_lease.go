@@ -2,8 +2,6 @@ package sqlserver
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,7 +10,8 @@ import (
 
 // Exclusive leases (dialect.Scheduler): a named lock with a holder, an expiry on
 // the database's clock and a fencing token. The row outlives its holders so the
-// token keeps growing.
+// token keeps growing. sqlbase runs the statements (base.go); the methods here
+// first refuse what the columns cannot hold.
 
 // leaseAcquireSQL takes lease @Name for @Holder for @TtlMs, in one transaction:
 // take over a released or expired lease (token + 1: the fence every earlier
@@ -20,9 +19,9 @@ import (
 // (same token: reentrant), or insert a new one (token 1). UPDLOCK + SERIALIZABLE
 // on the name key makes "update, else insert" atomic: a second acquirer of the
 // same name waits for the first to commit and then sees its row. When another
-// holder has a live lease, nothing changes and the answer describes that holder.
-// In: name, holder, ttl ms. Out: holder, token, acquired_at, expires_at, now,
-// acquired.
+// holder has a live lease, nothing changes and no row comes back (sqlbase then
+// reads the holder with leaseGetSQL). In: name, holder, ttl ms. Out: token,
+// acquired_at, expires_at, now.
 const leaseAcquireSQL = `
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
@@ -31,8 +30,7 @@ DECLARE @Name nvarchar(200) = @pName,
         @TtlMs bigint = @pTtlMs,
         @Now datetime2(7),
         @Expires datetime2(7);
-DECLARE @Out TABLE (holder nvarchar(200) NULL, token bigint NOT NULL, acquired_at datetime2(7) NOT NULL,
-                    expires_at datetime2(7) NOT NULL, acquired bit NOT NULL);
+DECLARE @Out TABLE (token bigint NOT NULL, acquired_at datetime2(7) NOT NULL, expires_at datetime2(7) NOT NULL);
 BEGIN TRANSACTION;
 SET @Now = SYSUTCDATETIME();
 SET @Expires = DATEADD(millisecond, CONVERT(int, @TtlMs % 1000), DATEADD(second, CONVERT(int, @TtlMs / 1000), @Now));
@@ -40,44 +38,36 @@ UPDATE l
    SET token = CASE WHEN l.holder = @Holder AND l.expires_at > @Now THEN l.token ELSE l.token + 1 END,
        acquired_at = CASE WHEN l.holder = @Holder AND l.expires_at > @Now THEN l.acquired_at ELSE @Now END,
        holder = @Holder, expires_at = @Expires, updated_at = @Now
-OUTPUT inserted.holder, inserted.token, inserted.acquired_at, inserted.expires_at, 1
-  INTO @Out (holder, token, acquired_at, expires_at, acquired)
+OUTPUT inserted.token, inserted.acquired_at, inserted.expires_at INTO @Out (token, acquired_at, expires_at)
   FROM stageq.ExclusiveLeases AS l WITH (UPDLOCK, SERIALIZABLE, ROWLOCK)
  WHERE l.name = @Name AND (l.holder IS NULL OR l.expires_at <= @Now OR l.holder = @Holder);
 IF @@ROWCOUNT = 0
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM stageq.ExclusiveLeases AS l WITH (UPDLOCK, SERIALIZABLE, ROWLOCK) WHERE l.name = @Name)
         INSERT INTO stageq.ExclusiveLeases (name, holder, token, acquired_at, expires_at, updated_at)
-        OUTPUT inserted.holder, inserted.token, inserted.acquired_at, inserted.expires_at, 1
-          INTO @Out (holder, token, acquired_at, expires_at, acquired)
+        OUTPUT inserted.token, inserted.acquired_at, inserted.expires_at INTO @Out (token, acquired_at, expires_at)
         VALUES (@Name, @Holder, 1, @Now, @Expires, @Now);
-    ELSE
-        INSERT INTO @Out (holder, token, acquired_at, expires_at, acquired)
-        SELECT l.holder, l.token, l.acquired_at, l.expires_at, 0
-          FROM stageq.ExclusiveLeases AS l
-         WHERE l.name = @Name;
 END;
 COMMIT TRANSACTION;
-SELECT COALESCE(o.holder, N''), o.token, o.acquired_at, o.expires_at, @Now, o.acquired FROM @Out AS o;`
+SELECT o.token, o.acquired_at, o.expires_at, @Now FROM @Out AS o;`
 
-// LeaseTryAcquire implements dialect.Scheduler. Retried: a lost answer leaves the
-// lease with this holder, and acquiring it again returns the same token.
+// leaseGetSQL reads one lease, for the message of a refused acquire. In: name.
+// Out: holder, token, acquired_at, expires_at, now.
+const leaseGetSQL = `
+SET NOCOUNT ON;
+DECLARE @Name nvarchar(200) = @pName;
+SELECT COALESCE(l.holder, N''), l.token, l.acquired_at, l.expires_at, SYSUTCDATETIME()
+  FROM stageq.ExclusiveLeases AS l
+ WHERE l.name = @Name;`
+
+// LeaseTryAcquire implements dialect.Scheduler (sqlbase; retried: a lost
+// answer leaves the lease with this holder, and acquiring it again returns the
+// same token).
 func (d *SQLServer) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquireParams) (dialect.LeaseInfo, bool, error) {
-	l := dialect.LeaseInfo{Name: lp.Name}
 	if err := leaseCheck(lp.Name, lp.Holder, lp.TTL); err != nil {
-		return l, false, fmt.Errorf("acquire lease %q: %w", lp.Name, err)
+		return dialect.LeaseInfo{Name: lp.Name}, false, fmt.Errorf("acquire lease %q: %w", lp.Name, err)
 	}
-	var acquired bool
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, leaseAcquireSQL,
-			nvarchar("pName", lp.Name),
-			nvarchar("pHolder", lp.Holder),
-			bigint("pTtlMs", millis(lp.TTL))).Scan(&l.Holder, &l.Token, &l.AcquiredAt, &l.ExpiresAt, &l.Now, &acquired)
-	})
-	if err != nil {
-		return dialect.LeaseInfo{Name: lp.Name}, false, fmt.Errorf("acquire lease %q: %w", lp.Name, mapErr(err))
-	}
-	return l, acquired, nil
+	return d.base.LeaseTryAcquire(ctx, lp)
 }
 
 // leaseExtendSQL pushes the expiry of a live lease held with the token. In: name,
@@ -96,59 +86,38 @@ OUTPUT inserted.acquired_at, inserted.expires_at, @Now
   FROM stageq.ExclusiveLeases AS l WITH (ROWLOCK)
  WHERE l.name = @Name AND l.holder = @Holder AND l.token = @Token AND l.expires_at > @Now;`
 
-// LeaseExtend implements dialect.Scheduler. Retried: extending twice is harmless.
+// LeaseExtend implements dialect.Scheduler (sqlbase; retried: extending twice
+// is harmless).
 func (d *SQLServer) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (dialect.LeaseInfo, error) {
-	l := dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}
 	if err := leaseCheck(lp.Name, lp.Holder, lp.TTL); err != nil {
-		return l, fmt.Errorf("extend lease %q: %w", lp.Name, err)
+		return dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}, fmt.Errorf("extend lease %q: %w", lp.Name, err)
 	}
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, leaseExtendSQL,
-			nvarchar("pName", lp.Name),
-			nvarchar("pHolder", lp.Holder),
-			bigint("pToken", lp.Token),
-			bigint("pTtlMs", millis(lp.TTL))).Scan(&l.AcquiredAt, &l.ExpiresAt, &l.Now)
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return l, fmt.Errorf("extend lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
-	}
-	if err != nil {
-		return l, fmt.Errorf("extend lease %q: %w", lp.Name, mapErr(err))
-	}
-	return l, nil
+	return d.base.LeaseExtend(ctx, lp)
 }
 
 // leaseReleaseSQL frees a lease, fenced by holder and token; the row stays so the
-// next holder's token is higher. In: name, holder, token. Out: rows changed.
+// next holder's token is higher. In: name, holder, token. The UPDATE alone
+// reports its row count (NOCOUNT OFF for it): sqlbase reads the rows changed
+// from the result.
 const leaseReleaseSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(200) = @pName,
         @Holder nvarchar(200) = @pHolder,
         @Token bigint = @pToken,
         @Now datetime2(7) = SYSUTCDATETIME();
+SET NOCOUNT OFF;
 UPDATE l
    SET holder = NULL, expires_at = CASE WHEN l.expires_at < @Now THEN l.expires_at ELSE @Now END, updated_at = @Now
   FROM stageq.ExclusiveLeases AS l WITH (ROWLOCK)
- WHERE l.name = @Name AND l.holder = @Holder AND l.token = @Token;
-SELECT @@ROWCOUNT;`
+ WHERE l.name = @Name AND l.holder = @Holder AND l.token = @Token;`
 
-// LeaseRelease implements dialect.Scheduler. Retried only when nothing can have
-// been committed: a repeated release would report ErrLeaseLost.
+// LeaseRelease implements dialect.Scheduler (sqlbase; retried only when nothing
+// can have been committed: a repeated release would report ErrLeaseLost).
 func (d *SQLServer) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) error {
 	if err := leaseCheck(lp.Name, lp.Holder, time.Millisecond); err != nil {
 		return fmt.Errorf("release lease %q: %w", lp.Name, err)
 	}
-	n, err := d.queryCount(ctx, retrySafe, leaseReleaseSQL,
-		nvarchar("pName", lp.Name),
-		nvarchar("pHolder", lp.Holder),
-		bigint("pToken", lp.Token))
-	if err != nil {
-		return fmt.Errorf("release lease %q: %w", lp.Name, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("release lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
-	}
-	return nil
+	return d.base.LeaseRelease(ctx, lp)
 }
 
 // leaseListSQL reads leases by name. In: name (empty for all), held only. Out:
@@ -165,9 +134,9 @@ SELECT l.name, COALESCE(l.holder, N''), l.token, l.acquired_at, l.expires_at, @N
  ORDER BY l.name
 OPTION (RECOMPILE);`
 
-// LeaseList implements dialect.Scheduler.
+// LeaseList implements dialect.Scheduler (sqlbase).
 func (d *SQLServer) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	return listAll(ctx, d, "leases", leaseListSQL, dialect.ScanLeaseInfo, nvarchar("pName", f.Name), bit("pHeldOnly", f.HeldOnly))
+	return d.base.LeaseList(ctx, f)
 }
 
 // leaseCheck refuses names and holders the columns cannot hold and a TTL the

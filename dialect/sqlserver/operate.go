@@ -429,19 +429,10 @@ SELECT l.process_id, l.execution_order, COUNT(DISTINCT l.task_id)
  GROUP BY l.process_id, l.execution_order
 OPTION (RECOMPILE);`
 
-// ProcessList implements dialect.Operator. The three reads retry together.
+// ProcessList implements dialect.Operator (sqlbase: the three reads retry
+// together).
 func (d *SQLServer) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
-	var out []dialect.ProcessStatus
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		var err error
-		out, err = dialect.CollectProcessStatus(ctx, d.db, f, processListSQL, stageCountSQL, stageDoneSQL, dialect.KeepErr,
-			nvarchar("pName", f.Name), bit("pAll", f.All))
-		return err
-	})
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	return out, nil
+	return d.base.ProcessList(ctx, f)
 }
 
 // workerListSQL reads the Workers table with each worker's running tasks and the
@@ -455,7 +446,7 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
   FROM stageq.Workers AS w
  ORDER BY w.heartbeat_at DESC, w.id;`
 
-// WorkerList implements dialect.Operator.
+// WorkerList implements dialect.Operator (sqlbase).
 func (d *SQLServer) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	return listAll(ctx, d, "workers", workerListSQL, dialect.ScanWorkerStatus)
+	return d.base.WorkerList(ctx)
 }

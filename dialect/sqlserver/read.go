@@ -2,10 +2,6 @@ package sqlserver
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -39,19 +35,9 @@ SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_o
  ORDER BY l.started_at, l.id
 OPTION (RECOMPILE);`
 
-// LogList implements dialect.Dialect.
+// LogList implements dialect.Dialect (sqlbase).
 func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
-	since := f.Since
-	if since.IsZero() {
-		since = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
-	}
-	return listAll(ctx, d, "logs", logListSQL, dialect.ScanLogEntry,
-		nvarchar("pProcess", f.Process),
-		bigint("pTaskId", f.TaskID),
-		nvarchar("pWorkerId", f.WorkerID),
-		nvarchar("pOutcome", string(f.Outcome)),
-		datetime2("pSince", since),
-		integer("pLimit", rowLimit(f.Limit)))
+	return d.base.LogList(ctx, f)
 }
 
 // taskListSQL reads the tasks still queued. In: process name, state (empty for
@@ -69,12 +55,9 @@ SELECT TOP (@Limit) t.id, t.process_name, t.execution_order, t.kind, t.body, t.s
  ORDER BY t.process_name, t.execution_order, t.id
 OPTION (RECOMPILE);`
 
-// TaskList implements dialect.Dialect.
+// TaskList implements dialect.Dialect (sqlbase).
 func (d *SQLServer) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	return listAll(ctx, d, "tasks", taskListSQL, dialect.ScanTaskInfo,
-		nvarchar("pProcess", f.Process),
-		nvarchar("pState", f.State),
-		integer("pLimit", rowLimit(f.Limit)))
+	return d.base.TaskList(ctx, f)
 }
 
 // processGetSQL reads one process. In: name. Out: id, name, state, current order.
@@ -84,19 +67,7 @@ SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName;
 SELECT p.id, p.name, p.state, p.current_order FROM stageq.Processes AS p WHERE p.name = @Name;`
 
-// ProcessGet implements dialect.Dialect.
+// ProcessGet implements dialect.Dialect (sqlbase).
 func (d *SQLServer) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo, error) {
-	var pi dialect.ProcessInfo
-	var cur sql.NullInt64
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, processGetSQL, nvarchar("pName", name)).Scan(&pi.ID, &pi.Name, &pi.State, &cur)
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return pi, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
-	}
-	if err != nil {
-		return pi, fmt.Errorf("get process %q: %w", name, mapErr(err))
-	}
-	pi.CurrentOrder = dialect.IntOrNil(cur)
-	return pi, nil
+	return d.base.ProcessGet(ctx, name)
 }

@@ -62,6 +62,7 @@ var statements = []statement{
 	{name: "schedule next due", sql: scheduleNextDueSQL},
 	{name: "schedule run list", sql: scheduleRunListSQL},
 	{name: "lease acquire", sql: leaseAcquireSQL},
+	{name: "lease get", sql: leaseGetSQL},
 	{name: "lease extend", sql: leaseExtendSQL},
 	{name: "lease release", sql: leaseReleaseSQL},
 	{name: "lease list", sql: leaseListSQL},

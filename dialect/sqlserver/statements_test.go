@@ -183,8 +183,8 @@ func joinParts(parts []part, literal func(content string) string) string {
 // ---------------------------------------------------------------------------
 // Parameters.
 
+// paramRe (base.go) finds the @p parameters.
 var (
-	paramRe = regexp.MustCompile(`@p[A-Z]\w*`)
 	// A copy into a typed local: @Local <type> = @pName. String and time types
 	// must carry an explicit size or precision.
 	declRe     = regexp.MustCompile(`(?i)@\w+\s+(n?varchar\(\s*(?:\d+|max)\s*\)|n?char\(\s*\d+\s*\)|bigint|int|bit|datetime2\(\s*\d\s*\))\s*=\s*(@p[A-Z]\w*)\b`)
@@ -530,6 +530,22 @@ var (
 	}
 )
 
+// receiverType names fd's receiver type ("" for a function).
+func receiverType(fd *ast.FuncDecl) string {
+	if fd.Recv == nil || len(fd.Recv.List) == 0 {
+		return ""
+	}
+	t := fd.Recv.List[0].Type
+	if st, ok := t.(*ast.StarExpr); ok {
+		t = st.X
+	}
+	id, _ := t.(*ast.Ident)
+	if id == nil {
+		return ""
+	}
+	return id.Name
+}
+
 // paramNames lists a function's parameter names in order (the receiver left
 // out), so that a call's argument i is parameter i.
 func paramNames(fd *ast.FuncDecl) []string {
@@ -675,6 +691,20 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 	}
 	for _, decl := range decls(files) {
 		inFunc, _ := decl.(*ast.FuncDecl) // nil outside a function
+		switch {
+		case inFunc != nil && inFunc.Name.Name == "newBase":
+			// The statements sqlbase sends (by position, named by bound):
+			// TestBaseStatementsBind checks their parameters.
+			ast.Inspect(inFunc.Body, func(n ast.Node) bool {
+				if id, ok := n.(*ast.Ident); ok && consts[id.Name] != nil {
+					called[id.Name] = true
+				}
+				return true
+			})
+			continue
+		case inFunc != nil && receiverType(inFunc) == "bound":
+			continue // passes on the query sqlbase gave it
+		}
 		ast.Inspect(decl, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.BinaryExpr:
