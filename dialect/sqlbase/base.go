@@ -5,9 +5,9 @@
 // transaction, how it re-derives a process's stage, how it takes a time) and
 // embeds it, so the loops, locks order, errors and audit rows are written once.
 //
-// PostgreSQL and SQLite embed a Base. SQL Server takes its reads and exclusive
-// leases from one (dialect/sqlserver/base.go); its operator actions, limits,
-// retention and schedules still run as T-SQL batches of its own.
+// The three dialects embed a Base. SQL Server's retention and schedules are
+// still T-SQL batches of its own (dialect/sqlserver/base.go says which methods
+// it takes).
 package sqlbase
 
 import (

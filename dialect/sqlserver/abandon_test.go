@@ -61,7 +61,7 @@ func TestAbandonBudget(t *testing.T) {
 		has(proc, `@MaxAbandons\s+int\s*=\s*10\b`)
 	}
 	// An operator's retry gives a fresh abandon budget with fresh attempts.
-	for name, sql := range map[string]string{"process operation": processOpSQL, "task operation": taskOpSQL} {
+	for name, sql := range map[string]string{"retry process": retryProcessSQL, "retry task": retryTaskSQL} {
 		if !strings.Contains(sql, "attempt = 0, abandons = 0") {
 			t.Errorf("%s: a retry does not reset abandons", name)
 		}

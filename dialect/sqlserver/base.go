@@ -15,16 +15,19 @@ import (
 	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
-// newBase gives sqlbase the statements of read.go, operate.go (the status
-// reads) and exclusive_lease.go, whose methods forward to it. SQL Server takes
-// only those of sqlbase.Base's methods, so only the fields they use are set;
-// its operator actions, limits, retention and schedules are still batches of
-// its own.
+// newBase gives sqlbase the statements of operate.go, read.go, limits.go and
+// exclusive_lease.go and the steps SQL Server takes its own way. Its retention
+// and schedules are still batches of its own (prune.go, schedule.go), whose
+// methods shadow sqlbase's, so the fields only those use are left unset
+// (TestBaseMethodsTaken keeps the two lists apart).
 func (d *SQLServer) newBase() sqlbase.Base {
 	return sqlbase.Base{
-		Pool:   bound{d.db},
-		MapErr: mapErr,
-		Time:   func(t time.Time) any { return t },
+		Pool:      bound{d.db},
+		InTx:      d.inTx,
+		MapErr:    mapErr,
+		Time:      func(t time.Time) any { return t },
+		OpenStage: d.openStage,
+		Configure: d.configure,
 		Retry: func(ctx context.Context, repeatable bool, fn func(ctx context.Context) error) error {
 			mode := retrySafe
 			if repeatable {
@@ -34,14 +37,29 @@ func (d *SQLServer) newBase() sqlbase.Base {
 		},
 		Interval: func(ttl time.Duration) any { return millis(ttl) },
 		SQL: sqlbase.Statements{
-			ProcessList: processListSQL,
-			StageCount:  stageCountSQL,
-			StageDone:   stageDoneSQL,
-			WorkerList:  workerListSQL,
-			LogList:     logListSQL,
-			TaskList:    taskListSQL,
-			ProcessGet:  processGetSQL,
+			LockProcess:     lockProcessSQL,
+			LockProcessByID: lockProcessByIDSQL,
+			Pause:           pauseSQL,
+			AuditFailed:     auditFailedSQL,
+			RetryProcess:    retryProcessSQL,
+			DiscardProcess:  discardProcessSQL,
+			CancelProcess:   cancelProcessSQL,
+			Running:         runningSQL,
+			TaskProcess:     taskProcessSQL,
+			TaskLock:        taskLockSQL,
+			AuditTask:       auditTaskSQL,
+			RetryTask:       retryTaskSQL,
+			DeleteTask:      deleteTaskSQL,
+			MarkCancelled:   markCancelledSQL,
+			ProcessList:     processListSQL,
+			StageCount:      stageCountSQL,
+			StageDone:       stageDoneSQL,
+			WorkerList:      workerListSQL,
+			LogList:         logListSQL,
+			TaskList:        taskListSQL,
+			ProcessGet:      processGetSQL,
 		},
+		Limits: sqlbase.LimitStatements{Upsert: limitUpsertSQL, Delete: limitDeleteSQL, List: limitListSQL},
 		Lease: sqlbase.LeaseStatements{
 			Acquire: leaseAcquireSQL,
 			Get:     leaseGetSQL,
@@ -50,6 +68,30 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			List:    leaseListSQL,
 		},
 	}
+}
+
+// inTx runs fn in the caller's transaction tx, or (tx nil) in a new one that
+// commits when fn succeeds. A new one is run again from its start after an
+// error that rolled it back (a deadlock victim, a lock time-out): only the
+// whole transaction can be repeated, never a statement inside it.
+func (d *SQLServer) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
+	if tx != nil {
+		return fn(bound{tx})
+	}
+	return d.retry(ctx, retrySafe, func(ctx context.Context) error {
+		tx, err := d.BeginTx(ctx)
+		if err != nil {
+			return err
+		}
+		if err := fn(bound{tx}); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", mapErr(err))
+		}
+		return nil
+	})
 }
 
 // bound is the pool as sqlbase sees it (dialect.Querier). sqlbase passes a
@@ -108,8 +150,14 @@ func paramsInOrder(query string) []string {
 }
 
 // bindArgs names args after query's parameters and types each one as
-// params.go's helpers do.
+// params.go's helpers do. Arguments already named (a step of this package's
+// own, such as openStage, built with those helpers) pass unchanged.
 func bindArgs(query string, args []any) ([]any, error) {
+	if len(args) > 0 {
+		if _, named := args[0].(sql.NamedArg); named {
+			return args, nil
+		}
+	}
 	names := paramsInOrder(query)
 	if len(names) != len(args) {
 		return nil, fmt.Errorf("sqlserver: statement takes %d parameters %v, given %d arguments", len(names), names, len(args))

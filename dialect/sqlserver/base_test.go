@@ -2,11 +2,15 @@ package sqlserver
 
 import (
 	"database/sql"
+	"go/ast"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
 // baseArgs are the arguments sqlbase passes each statement SQL Server gives it,
@@ -16,6 +20,20 @@ var baseArgs = map[string][]struct {
 	param string
 	value any
 }{
+	"lock process":       {{"pName", ""}},
+	"lock process by id": {{"pProcessId", int64(0)}},
+	"pause":              {{"pProcessId", int64(0)}, {"pPaused", false}},
+	"audit failed":       {{"pProcessId", int64(0)}, {"pWho", ""}, {"pOutcome", ""}, {"pNote", ""}},
+	"retry process":      {{"pProcessId", int64(0)}},
+	"discard process":    {{"pProcessId", int64(0)}},
+	"cancel process":     {{"pProcessId", int64(0)}, {"pWho", ""}, {"pOutcome", ""}, {"pNote", ""}},
+	"running":            {{"pProcessId", int64(0)}},
+	"task process":       {{"pTaskId", int64(0)}},
+	"task lock":          {{"pTaskId", int64(0)}},
+	"audit task":         {{"pTaskId", int64(0)}, {"pWho", ""}, {"pOutcome", ""}, {"pNote", ""}},
+	"retry task":         {{"pTaskId", int64(0)}},
+	"delete task":        {{"pTaskId", int64(0)}},
+	"mark cancelled":     {{"pProcessId", int64(0)}},
 	"log list": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
 		{"pSince", time.Time{}}, {"pLimit", 0}},
 	"task list":     {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}},
@@ -24,11 +42,29 @@ var baseArgs = map[string][]struct {
 	"stage count":   {{"pName", ""}, {"pAll", false}},
 	"stage done":    {{"pName", ""}, {"pAll", false}},
 	"worker list":   {},
+	"limit upsert":  {{"pKey", ""}, {"pMax", 0}},
+	"limit delete":  {{"pKey", ""}},
+	"limit list":    {{"pKey", ""}},
 	"lease acquire": {{"pName", ""}, {"pHolder", ""}, {"pTtlMs", int64(0)}},
 	"lease get":     {{"pName", ""}},
 	"lease extend":  {{"pName", ""}, {"pHolder", ""}, {"pToken", int64(0)}, {"pTtlMs", int64(0)}},
 	"lease release": {{"pName", ""}, {"pHolder", ""}, {"pToken", int64(0)}},
 	"lease list":    {{"pName", ""}, {"pHeldOnly", false}},
+}
+
+// givenStatements lists the statements newBase sets, by text (each string
+// field of its statement structs that is not empty).
+func givenStatements(b sqlbase.Base) map[string]bool {
+	out := map[string]bool{}
+	for _, v := range []any{b.SQL, b.Limits, b.Lease, b.Retention, b.Schedule} {
+		rv := reflect.ValueOf(v)
+		for i := 0; i < rv.NumField(); i++ {
+			if f := rv.Field(i); f.Kind() == reflect.String && f.String() != "" {
+				out[f.String()] = true
+			}
+		}
+	}
+	return out
 }
 
 // declaredFor is the local type (declRe's first group, lower case) each Go
@@ -47,28 +83,20 @@ var declaredFor = map[string]*regexp.Regexp{
 // type its Go value is declared as; and bound names them so.
 func TestBaseStatementsBind(t *testing.T) {
 	var d SQLServer
-	b := d.newBase()
-	given := map[string]string{
-		b.SQL.LogList: "log list", b.SQL.TaskList: "task list", b.SQL.ProcessGet: "process get",
-		b.SQL.ProcessList: "process list", b.SQL.StageCount: "stage count", b.SQL.StageDone: "stage done",
-		b.SQL.WorkerList: "worker list",
-		b.Lease.Acquire:  "lease acquire", b.Lease.Get: "lease get", b.Lease.Extend: "lease extend",
-		b.Lease.Release: "lease release", b.Lease.List: "lease list",
-	}
-	if len(given) != len(baseArgs) {
-		t.Fatalf("newBase gives %d distinct statements, baseArgs lists %d", len(given), len(baseArgs))
-	}
+	given := givenStatements(d.newBase())
+	seen := map[string]bool{}
 	for _, st := range statements {
-		name, ok := given[st.sql]
-		if !ok {
-			continue
-		}
-		if name != st.name {
-			t.Errorf("newBase gives statement %q where %q is expected", st.name, name)
+		if !given[st.sql] {
 			continue
 		}
 		delete(given, st.sql)
-		want := baseArgs[name]
+		name := st.name
+		seen[name] = true
+		want, ok := baseArgs[name]
+		if !ok {
+			t.Errorf("newBase gives statement %q, which baseArgs does not list", name)
+			continue
+		}
 		var wantNames []string
 		var args []any
 		for _, a := range want {
@@ -101,8 +129,13 @@ func TestBaseStatementsBind(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range given {
-		t.Errorf("statement %q given to sqlbase is not registered", name)
+	for name := range baseArgs {
+		if !seen[name] {
+			t.Errorf("baseArgs lists %q, which newBase does not give", name)
+		}
+	}
+	if len(given) > 0 {
+		t.Errorf("%d statements given to sqlbase are not registered in statements.go", len(given))
 	}
 }
 
@@ -129,5 +162,36 @@ func TestBindArgsRefusesAMismatch(t *testing.T) {
 		if _, err := bindArgs(processGetSQL, args); err == nil {
 			t.Errorf("bindArgs(processGetSQL, %v): no error", args)
 		}
+	}
+}
+
+// takenFromBase are the methods SQL Server leaves to sqlbase.Base, whose
+// statements newBase sets. Every other method of Base (retention, schedules)
+// must be SQL Server's own: left to Base it would run empty statements.
+var takenFromBase = []string{
+	"LeaseList", "LimitGet", "LimitList", "LogList", "ProcessCancel", "ProcessConfigure", "ProcessDiscard",
+	"ProcessGet", "ProcessList", "ProcessRetry", "ProcessSetPaused", "TaskCancel", "TaskDiscard", "TaskList",
+	"TaskRetry", "WorkerList",
+}
+
+// TestBaseMethodsTaken: the methods of sqlbase.Base that SQL Server does not
+// declare itself are exactly takenFromBase.
+func TestBaseMethodsTaken(t *testing.T) {
+	_, files := parsePackage(t)
+	own := map[string]bool{}
+	for _, decl := range decls(files) {
+		if fd, ok := decl.(*ast.FuncDecl); ok && receiverType(fd) == "SQLServer" {
+			own[fd.Name.Name] = true
+		}
+	}
+	var taken []string
+	bt := reflect.TypeOf(&sqlbase.Base{})
+	for i := 0; i < bt.NumMethod(); i++ {
+		if name := bt.Method(i).Name; !own[name] {
+			taken = append(taken, name)
+		}
+	}
+	if !slices.Equal(taken, takenFromBase) {
+		t.Errorf("SQL Server takes %v from sqlbase.Base, want %v", taken, takenFromBase)
 	}
 }

@@ -67,7 +67,7 @@ func (d *SQLServer) LeaseTryAcquire(ctx context.Context, lp dialect.LeaseAcquire
 	if err := leaseCheck(lp.Name, lp.Holder, lp.TTL); err != nil {
 		return dialect.LeaseInfo{Name: lp.Name}, false, fmt.Errorf("acquire lease %q: %w", lp.Name, err)
 	}
-	return d.base.LeaseTryAcquire(ctx, lp)
+	return d.Base.LeaseTryAcquire(ctx, lp)
 }
 
 // leaseExtendSQL pushes the expiry of a live lease held with the token. In: name,
@@ -92,7 +92,7 @@ func (d *SQLServer) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParam
 	if err := leaseCheck(lp.Name, lp.Holder, lp.TTL); err != nil {
 		return dialect.LeaseInfo{Name: lp.Name, Holder: lp.Holder, Token: lp.Token}, fmt.Errorf("extend lease %q: %w", lp.Name, err)
 	}
-	return d.base.LeaseExtend(ctx, lp)
+	return d.Base.LeaseExtend(ctx, lp)
 }
 
 // leaseReleaseSQL frees a lease, fenced by holder and token; the row stays so the
@@ -117,7 +117,7 @@ func (d *SQLServer) LeaseRelease(ctx context.Context, lp dialect.LeaseReleasePar
 	if err := leaseCheck(lp.Name, lp.Holder, time.Millisecond); err != nil {
 		return fmt.Errorf("release lease %q: %w", lp.Name, err)
 	}
-	return d.base.LeaseRelease(ctx, lp)
+	return d.Base.LeaseRelease(ctx, lp)
 }
 
 // leaseListSQL reads leases by name. In: name (empty for all), held only. Out:
@@ -133,11 +133,6 @@ SELECT l.name, COALESCE(l.holder, N''), l.token, l.acquired_at, l.expires_at, @N
    AND (@HeldOnly = 0 OR (l.holder IS NOT NULL AND l.expires_at > @Now))
  ORDER BY l.name
 OPTION (RECOMPILE);`
-
-// LeaseList implements dialect.Scheduler (sqlbase).
-func (d *SQLServer) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	return d.base.LeaseList(ctx, f)
-}
 
 // leaseCheck refuses names and holders the columns cannot hold and a TTL the
 // statements cannot add (DATEADD takes an int of seconds).

@@ -29,27 +29,15 @@ IF @@ROWCOUNT = 0
     INSERT INTO stageq.Limits ([key], max_running) VALUES (@Key, @Max);
 COMMIT TRANSACTION;`
 
-// LimitSet implements dialect.Operator.
+// LimitSet implements dialect.Operator (sqlbase, after refusing a key the
+// column cannot hold).
 func (d *SQLServer) LimitSet(ctx context.Context, key string, max int) error {
-	if err := dialect.ValidateLimit(key, max); err != nil {
-		return fmt.Errorf("set limit: %w", err)
+	if !strings.HasPrefix(key, dialect.LimitProcessPrefix) {
+		if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
+			return fmt.Errorf("set limit: %w", err)
+		}
 	}
-	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
-		return d.capProcess(ctx, name, max)
-	}
-	if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
-		return fmt.Errorf("set limit: %w", err)
-	}
-	if err := d.exec(ctx, retryAll, limitUpsertSQL, nvarchar("pKey", key), integer("pMax", clampInt32(int64(max)))); err != nil {
-		return fmt.Errorf("set limit %q: %w", key, err)
-	}
-	return nil
-}
-
-// capProcess sets the max_parallel of process name, which limit
-// 'process:NAME' is (Limits holds no row for it); 0 removes the cap.
-func (d *SQLServer) capProcess(ctx context.Context, name string, max int) error {
-	return d.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
+	return d.Base.LimitSet(ctx, key, max)
 }
 
 // limitListSQL reads limits with their slots in use. In: key (empty for all). Out:
@@ -75,44 +63,21 @@ SELECT CONCAT(N'process:', p.name), p.max_parallel, p.updated_at,
  ORDER BY 1
 OPTION (RECOMPILE);`
 
-// LimitGet implements dialect.Operator.
-func (d *SQLServer) LimitGet(ctx context.Context, key string) (dialect.LimitInfo, error) {
-	return dialect.LimitByKey(ctx, key, d.limitList)
-}
-
-// LimitList implements dialect.Operator.
-func (d *SQLServer) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
-	return d.limitList(ctx, "")
-}
-
-func (d *SQLServer) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	return listAll(ctx, d, "limits", limitListSQL, dialect.ScanLimitInfo, nvarchar("pKey", key))
-}
-
-// limitDeleteSQL removes a limit. In: key. Out: rows removed.
+// limitDeleteSQL removes a limit. In: key. Rows: removed (the DELETE alone
+// reports its count).
 const limitDeleteSQL = `
 SET NOCOUNT ON;
 DECLARE @Key nvarchar(205) = @pKey;
-DELETE FROM stageq.Limits WHERE [key] = @Key;
-SELECT @@ROWCOUNT;`
+SET NOCOUNT OFF;
+DELETE FROM stageq.Limits WHERE [key] = @Key;`
 
-// LimitDelete implements dialect.Operator.
+// LimitDelete implements dialect.Operator (sqlbase, after refusing a key the
+// column cannot hold).
 func (d *SQLServer) LimitDelete(ctx context.Context, key string) error {
-	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
-		if _, err := d.LimitGet(ctx, key); err != nil {
+	if !strings.HasPrefix(key, dialect.LimitProcessPrefix) {
+		if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
 			return fmt.Errorf("delete limit: %w", err)
 		}
-		return d.capProcess(ctx, name, 0)
 	}
-	if err := checkLen("limit key", key, limitKeyMax(key)); err != nil {
-		return fmt.Errorf("delete limit: %w", err)
-	}
-	n, err := d.queryCount(ctx, retryAll, limitDeleteSQL, nvarchar("pKey", key))
-	if err != nil {
-		return fmt.Errorf("delete limit %q: %w", key, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
-	}
-	return nil
+	return d.Base.LimitDelete(ctx, key)
 }

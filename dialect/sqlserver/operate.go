@@ -2,388 +2,267 @@ package sqlserver
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 
 	"github.com/stageq/stageq/dialect"
 )
 
 var _ dialect.Operator = (*SQLServer)(nil)
 
-// Operator commands (queuectl). Each change runs as one batch with its own
-// transaction (nested in the caller's when ProcessConfigure is given one), in the
-// queue's lock order: the process row with UPDLOCK first, then its task rows, then
-// stageq.OpenStage, which re-derives the stage and stamps the turns of the tasks
-// it opens. Tasks put back in the queue go back blocked, so that OpenStage gives
-// them a fresh virtual time when their stage is the open one. Bulk changes go
-// 1,000 rows per statement, below the lock-escalation threshold, and
+// Operator commands (queuectl, the dashboard). sqlbase runs them (base.go): each
+// in one transaction of its own (or the caller's, for ProcessConfigure), in the
+// queue's lock order: the process row with UPDLOCK first, then its task rows,
+// then stageq.OpenStage, which re-derives the stage and stamps the turns of the
+// tasks it opens. Tasks put back in the queue go back blocked, so that OpenStage
+// gives them a fresh virtual time when their stage is the open one. Bulk
+// changes go 1,000 rows per statement, below the lock-escalation threshold, and
 // processes.failed_tasks is recounted from the task rows (a seek on
-// IX_Tasks_Failed) after every change.
+// IX_Tasks_Failed) before every OpenStage.
 //
 // Retry, discard and cancel are audited (issue 10, item 4): every task they
 // change leaves a Logs row, outcome 'retried', 'discarded' or 'cancelled', with
 // worker_id naming who (dialect.Actor: user@host from queuectl) and the time.
-// The rows come from the OUTPUT of the UPDATE or DELETE itself (into @Changed,
-// then into Logs, 1,000 per statement), so exactly the tasks changed are
-// recorded, with the attempt they had. A discard or cancel that removed a task
-// passes @EndState = 'cancelled' to OpenStage (migration 8), so a process it
-// emptied ends 'cancelled' instead of 'succeeded' (item 3); one still holding a
-// failed task stays 'failed'.
+// Retry and discard write the rows of a process's failed tasks before changing
+// them, under the process's lock (failed tasks change only under it); a cancel
+// takes the rows from its DELETE's OUTPUT, since a claim may take an available
+// task at any moment (claims lock no process row). A discard or cancel that
+// emptied its process marks it cancelled after OpenStage called it succeeded.
+//
+// The bulk statements report their row count through the one statement that
+// changes the tasks (SET NOCOUNT OFF around it alone): sqlbase reads the rows
+// changed from the result, and go-mssqldb adds up the counts of a batch.
 
-// processOpSQL changes one process, named @Name, under its row lock. @Op is
-// 'configure' (priority, weight, max_parallel: each applied when its flag is set;
-// max_parallel 0 removes the cap), 'pause' / 'resume', 'retry' (failed tasks run
-// again with fresh attempts and a fresh abandon budget, blocked when their stage
-// is not the open one),
-// 'discard' (failed tasks removed as finished) or 'cancel' (every task that is not
-// running removed). @Who and @Note (the Logs.error text) go into the audit rows of
-// retry, discard and cancel. Out: found (0/1), rows changed, tasks still running.
-const processOpSQL = `
+// lockProcessSQL reads a process's id by name and holds an update lock on its
+// row to the end of the transaction. In: name. Out: id.
+const lockProcessSQL = `
 SET NOCOUNT ON;
-SET XACT_ABORT ON;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-DECLARE @Name nvarchar(400) = @pName,
-        @Op varchar(10) = @pOp,
+DECLARE @Name nvarchar(400) = @pName;
+SELECT p.id FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(UQ_Processes_name)) WHERE p.name = @Name;`
+
+// lockProcessByIDSQL holds an update lock on a process row to the end of the
+// transaction. In: process id.
+const lockProcessByIDSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
+        @Held bigint;
+SELECT @Held = p.id FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes)) WHERE p.id = @Pid;`
+
+// pauseSQL sets a process's paused flag. In: process id, paused.
+const pauseSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
+        @Paused bit = @pPaused;
+UPDATE stageq.Processes SET paused = @Paused, updated_at = SYSUTCDATETIME() WHERE id = @Pid;`
+
+// auditFailedSQL writes a Logs row per failed task of a process, 1,000 rows
+// per statement in task id order. In: process id, who, outcome, note.
+const auditFailedSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
+        @Who nvarchar(200) = @pWho,
+        @Outcome varchar(20) = @pOutcome,
+        @Note nvarchar(max) = @pNote,
+        @Now datetime2(7) = SYSUTCDATETIME(),
+        @After bigint = 0,
+        @Batch int = 1000;
+DECLARE @Written TABLE (task_id bigint NOT NULL PRIMARY KEY);
+WHILE @Batch = 1000
+BEGIN
+    INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
+                             attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
+                             schedule_name, scheduled_for)
+    OUTPUT inserted.task_id INTO @Written (task_id)
+    SELECT TOP (1000) t.id, t.process_id, t.process_name, t.execution_order, t.kind, t.body, @Who,
+           t.attempt, 0, @Now, @Now, 0, @Outcome, @Note, t.schedule_name, t.scheduled_for
+      FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
+     WHERE t.process_id = @Pid AND t.state = 'failed' AND t.id > @After
+     ORDER BY t.id;
+    SET @Batch = @@ROWCOUNT;
+    SELECT @After = COALESCE(MAX(w.task_id), @After) FROM @Written AS w;
+    DELETE FROM @Written;
+END;`
+
+// retryProcessSQL puts every failed task of a process back, blocked, with fresh
+// attempts and a fresh abandon budget. In: process id. Rows: tasks changed.
+const retryProcessSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
+        @Now datetime2(7) = SYSUTCDATETIME(),
+        @Batch int = 1000;
+WHILE @Batch = 1000
+BEGIN
+    SET NOCOUNT OFF;
+    UPDATE TOP (1000) t
+       SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
+      FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
+     WHERE t.process_id = @Pid AND t.state = 'failed';
+    SET @Batch = @@ROWCOUNT;
+    SET NOCOUNT ON;
+END;`
+
+// discardProcessSQL removes every failed task of a process. In: process id.
+// Rows: tasks removed.
+const discardProcessSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
+        @Batch int = 1000;
+WHILE @Batch = 1000
+BEGIN
+    SET NOCOUNT OFF;
+    DELETE TOP (1000) t
+      FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
+     WHERE t.process_id = @Pid AND t.state = 'failed';
+    SET @Batch = @@ROWCOUNT;
+    SET NOCOUNT ON;
+END;`
+
+// cancelProcessSQL removes every task of a process that is not running, and
+// writes each one's Logs row from the DELETE's OUTPUT (the task as it was,
+// attempt included). In: process id, who, outcome, note. Rows: tasks removed.
+const cancelProcessSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
+        @Who nvarchar(200) = @pWho,
+        @Outcome varchar(20) = @pOutcome,
+        @Note nvarchar(max) = @pNote,
+        @Now datetime2(7) = SYSUTCDATETIME(),
+        @Batch int = 1000;
+DECLARE @Changed TABLE (
+    id bigint NOT NULL PRIMARY KEY, process_id bigint NOT NULL, process_name nvarchar(200) NOT NULL,
+    execution_order int NOT NULL, kind nvarchar(200) NOT NULL, body nvarchar(max) NOT NULL,
+    attempt int NOT NULL, schedule_name nvarchar(200) NULL, scheduled_for datetime2(7) NULL);
+WHILE @Batch = 1000
+BEGIN
+    SET NOCOUNT OFF;
+    DELETE TOP (1000) t
+    OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
+           deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
+      INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
+                     schedule_name, scheduled_for)
+      FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
+     WHERE t.process_id = @Pid AND t.state IN ('blocked', 'scheduled', 'available', 'failed');
+    SET @Batch = @@ROWCOUNT;
+    SET NOCOUNT ON;
+    INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
+                             attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
+                             schedule_name, scheduled_for)
+    SELECT c.id, c.process_id, c.process_name, c.execution_order, c.kind, c.body, @Who,
+           c.attempt, 0, @Now, @Now, 0, @Outcome, @Note, c.schedule_name, c.scheduled_for
+      FROM @Changed AS c;
+    DELETE FROM @Changed;
+END;`
+
+// runningSQL counts a process's running tasks. In: process id. Out: count.
+const runningSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId;
+SELECT COUNT(*) FROM stageq.Tasks AS r WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Running))
+ WHERE r.process_id = @Pid AND r.state = 'running';`
+
+// taskProcessSQL reads a task's process id, holding nothing (the process row
+// is locked next, then the task). In: task id. Out: process id.
+const taskProcessSQL = `
+SET NOCOUNT ON;
+DECLARE @TaskId bigint = @pTaskId;
+SELECT t.process_id FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;`
+
+// taskLockSQL reads a task's state and worker with an update lock held to the
+// end of the transaction. In: task id. Out: state, worker (empty for none).
+const taskLockSQL = `
+SET NOCOUNT ON;
+DECLARE @TaskId bigint = @pTaskId;
+SELECT t.state, COALESCE(t.worker_id, N'')
+  FROM stageq.Tasks AS t WITH (UPDLOCK, ROWLOCK, INDEX(PK_Tasks))
+ WHERE t.id = @TaskId;`
+
+// auditTaskSQL writes the Logs row of an operator action on one task. In: task
+// id, who, outcome, note.
+const auditTaskSQL = `
+SET NOCOUNT ON;
+DECLARE @TaskId bigint = @pTaskId,
+        @Who nvarchar(200) = @pWho,
+        @Outcome varchar(20) = @pOutcome,
+        @Note nvarchar(max) = @pNote,
+        @Now datetime2(7) = SYSUTCDATETIME();
+INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
+                         attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
+                         schedule_name, scheduled_for)
+SELECT t.id, t.process_id, t.process_name, t.execution_order, t.kind, t.body, @Who,
+       t.attempt, 0, @Now, @Now, 0, @Outcome, @Note, t.schedule_name, t.scheduled_for
+  FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(PK_Tasks))
+ WHERE t.id = @TaskId;`
+
+// retryTaskSQL puts one task back, blocked, with fresh attempts and a fresh
+// abandon budget. In: task id.
+const retryTaskSQL = `
+SET NOCOUNT ON;
+DECLARE @TaskId bigint = @pTaskId;
+UPDATE t
+   SET state = 'blocked', attempt = 0, abandons = 0, run_at = SYSUTCDATETIME()
+  FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks))
+ WHERE t.id = @TaskId;`
+
+// deleteTaskSQL removes one task. In: task id.
+const deleteTaskSQL = `
+SET NOCOUNT ON;
+DECLARE @TaskId bigint = @pTaskId;
+DELETE t FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;`
+
+// markCancelledSQL marks a process that a removal emptied (OpenStage has just
+// called it succeeded) cancelled instead. In: process id.
+const markCancelledSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId;
+UPDATE stageq.Processes SET state = 'cancelled' WHERE id = @Pid AND state = 'succeeded';`
+
+// openStageSQL recounts a process's failed tasks and re-derives its stage
+// (stageq.OpenStage), after an operator's change to its tasks. In: process id.
+const openStageSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId;
+UPDATE stageq.Processes
+   SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
+                        WHERE f.process_id = @Pid AND f.state = 'failed')
+ WHERE id = @Pid;
+EXEC stageq_routines.OpenStage @ProcessId = @Pid;`
+
+// openStage is sqlbase's OpenStage step (base.go).
+func (d *SQLServer) openStage(ctx context.Context, q dialect.Querier, id int64) error {
+	if _, err := q.ExecContext(ctx, d.calls.SQL(openStageSQL), bigint("pProcessId", id)); err != nil {
+		return mapErr(err)
+	}
+	return nil
+}
+
+// configureSQL applies new scheduling settings to a locked process
+// (stageq.Configure: a new priority reaches the waiting tasks' copy of it, a
+// new weight re-spaces their turns; max_parallel 0 removes the cap). Each
+// setting changes only when its flag is set. In: process id, then each
+// setting and its flag.
+const configureSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,
         @Priority int = @pPriority,
         @SetPriority bit = @pSetPriority,
         @Weight int = @pWeight,
         @SetWeight bit = @pSetWeight,
         @MaxParallel int = @pMaxParallel,
-        @SetMaxParallel bit = @pSetMaxParallel,
-        @Who nvarchar(200) = @pWho,
-        @Note nvarchar(max) = @pNote,
-        @Pid bigint, @Cur int, @Rows int = 0, @Batch int, @Running int = 0,
-        @Outcome varchar(20), @EndState varchar(20) = 'succeeded',
-        @Now datetime2(7) = SYSUTCDATETIME();
-DECLARE @Changed TABLE (
-    id bigint NOT NULL PRIMARY KEY, process_id bigint NOT NULL, process_name nvarchar(200) NOT NULL,
-    execution_order int NOT NULL, kind nvarchar(200) NOT NULL, body nvarchar(max) NOT NULL,
-    attempt int NOT NULL, schedule_name nvarchar(200) NULL, scheduled_for datetime2(7) NULL);
-BEGIN TRANSACTION;
-SELECT @Pid = p.id, @Cur = p.current_order
-  FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(UQ_Processes_name))
- WHERE p.name = @Name;
-IF @Pid IS NOT NULL
-BEGIN
-    IF @Op = 'configure'
-    BEGIN
-        -- A new priority reaches the waiting tasks' copy of it; a new weight
-        -- re-spaces their turns (stageq.Configure).
-        IF @SetPriority = 0 SET @Priority = NULL;
-        IF @SetWeight = 0 SET @Weight = NULL;
-        IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
-        EXEC stageq_routines.Configure @ProcessId = @Pid, @Priority = @Priority, @Weight = @Weight,
-             @MaxParallel = @MaxParallel;
-        SET @Rows = 1;
-    END
-    ELSE IF @Op IN ('pause', 'resume')
-    BEGIN
-        UPDATE stageq.Processes SET paused = CASE WHEN @Op = 'pause' THEN 1 ELSE 0 END, updated_at = @Now
-         WHERE id = @Pid;
-        SET @Rows = @@ROWCOUNT;
-    END
-    ELSE IF @Op IN ('retry', 'discard', 'cancel')
-    BEGIN
-        -- Each pass changes at most 1,000 tasks and writes their audit rows from
-        -- its OUTPUT (deleted.*: the task as it was, attempt included).
-        SET @Outcome = CASE @Op WHEN 'retry' THEN 'retried' WHEN 'discard' THEN 'discarded' ELSE 'cancelled' END;
-        WHILE 1 = 1
-        BEGIN
-            IF @Op = 'retry'
-            BEGIN
-                UPDATE TOP (1000) t
-                   SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
-                OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
-                       deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
-                  INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
-                                 schedule_name, scheduled_for)
-                  FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
-                 WHERE t.process_id = @Pid AND t.state = 'failed';
-                SET @Batch = @@ROWCOUNT;
-            END
-            ELSE IF @Op = 'discard'
-            BEGIN
-                DELETE TOP (1000) t
-                OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
-                       deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
-                  INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
-                                 schedule_name, scheduled_for)
-                  FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
-                 WHERE t.process_id = @Pid AND t.state = 'failed';
-                SET @Batch = @@ROWCOUNT;
-            END
-            ELSE
-            BEGIN
-                DELETE TOP (1000) t
-                OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
-                       deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
-                  INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
-                                 schedule_name, scheduled_for)
-                  FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
-                 WHERE t.process_id = @Pid AND t.state IN ('blocked', 'scheduled', 'available', 'failed');
-                SET @Batch = @@ROWCOUNT;
-            END;
-            SET @Rows = @Rows + @Batch;
-            INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
-                                     attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
-                                     schedule_name, scheduled_for)
-            SELECT c.id, c.process_id, c.process_name, c.execution_order, c.kind, c.body, @Who,
-                   c.attempt, 0, @Now, @Now, 0, @Outcome, @Note, c.schedule_name, c.scheduled_for
-              FROM @Changed AS c;
-            DELETE FROM @Changed;
-            IF @Batch < 1000 BREAK;
-        END;
-        IF @Op <> 'retry' AND @Rows > 0
-            SET @EndState = 'cancelled';
-    END
-    ELSE
-        THROW 50006, N'stageq: unknown process operation', 1;
+        @SetMaxParallel bit = @pSetMaxParallel;
+IF @SetPriority = 0 SET @Priority = NULL;
+IF @SetWeight = 0 SET @Weight = NULL;
+IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
+EXEC stageq_routines.Configure @ProcessId = @Pid, @Priority = @Priority, @Weight = @Weight,
+     @MaxParallel = @MaxParallel;`
 
-    SELECT @Running = COUNT(*)
-      FROM stageq.Tasks AS r WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Running))
-     WHERE r.process_id = @Pid AND r.state = 'running';
-    UPDATE stageq.Processes
-       SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
-                            WHERE f.process_id = @Pid AND f.state = 'failed')
-     WHERE id = @Pid;
-    EXEC stageq_routines.OpenStage @ProcessId = @Pid, @EndState = @EndState;
-END;
-COMMIT TRANSACTION;
-SELECT CASE WHEN @Pid IS NULL THEN 0 ELSE 1 END, @Rows, @Running;`
-
-// auditOutcomes are the operations that leave a Logs row per task they change.
-var auditOutcomes = map[string]dialect.Outcome{
-	"retry":   dialect.OutcomeRetried,
-	"discard": dialect.OutcomeDiscarded,
-	"cancel":  dialect.OutcomeCancelled,
-}
-
-// auditNote is the Logs.error text of op's audit rows ("" for an operation that
-// writes none).
-func auditNote(op string) string {
-	if o, ok := auditOutcomes[op]; ok {
-		return dialect.AuditNote(o)
-	}
-	return ""
-}
-
-// actor is who the audit rows name (dialect.Actor), cut to the 200 UTF-16 code
-// units Logs.worker_id holds, on a character boundary: an operator's long
-// user@host must not refuse the command, and the batch's nvarchar(200) local
-// would otherwise cut it silently, possibly inside a surrogate pair.
-func actor(ctx context.Context) string {
-	who := dialect.Actor(ctx)
-	n := 0
-	for i, r := range who {
-		w := 1
-		if r > 0xFFFF {
-			w = 2
-		}
-		if n+w > maxName {
-			return who[:i]
-		}
-		n += w
-	}
-	return who
-}
-
-// processOp runs processOpSQL, in the caller's transaction tx or on the pool.
-func (d *SQLServer) processOp(ctx context.Context, tx *sql.Tx, name, op string, s dialect.ProcessSettings) (rows, running int, err error) {
-	if err := checkLen("process name", name, maxName); err != nil {
-		return 0, 0, err
-	}
-	var found int
-	who, note := actor(ctx), auditNote(op)
-	q := dialect.On(d.db, tx)
-	run := func(ctx context.Context) error {
-		return q.QueryRowContext(ctx, d.calls.SQL(processOpSQL),
-			nvarchar("pName", name),
-			nvarchar("pOp", op),
-			integer("pPriority", optInt(s.Priority)), bit("pSetPriority", s.Priority != nil),
-			integer("pWeight", optInt(s.Weight)), bit("pSetWeight", s.Weight != nil),
-			integer("pMaxParallel", optInt(s.MaxParallel)), bit("pSetMaxParallel", s.MaxParallel != nil),
-			nvarchar("pWho", who), nvarchar("pNote", note)).Scan(&found, &rows, &running)
-	}
-	err = d.retryOn(ctx, tx, retrySafe, run)
+// configure is sqlbase's Configure step (base.go).
+func (d *SQLServer) configure(ctx context.Context, q dialect.Querier, id int64, s dialect.ProcessSettings) error {
+	_, err := q.ExecContext(ctx, d.calls.SQL(configureSQL), bigint("pProcessId", id),
+		integer("pPriority", optInt(s.Priority)), bit("pSetPriority", s.Priority != nil),
+		integer("pWeight", optInt(s.Weight)), bit("pSetWeight", s.Weight != nil),
+		integer("pMaxParallel", optInt(s.MaxParallel)), bit("pSetMaxParallel", s.MaxParallel != nil))
 	if err != nil {
-		return 0, 0, mapErr(err)
-	}
-	if found == 0 {
-		return 0, 0, fmt.Errorf("process %q: %w", name, dialect.ErrNotFound)
-	}
-	return rows, running, nil
-}
-
-// ProcessConfigure implements dialect.Operator.
-func (d *SQLServer) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s dialect.ProcessSettings) error {
-	if err := dialect.ValidateSettings(s); err != nil {
-		return fmt.Errorf("configure process %q: %w", name, err)
-	}
-	if _, _, err := d.processOp(ctx, tx, name, "configure", s); err != nil {
-		return fmt.Errorf("configure process %q: %w", name, err)
+		return mapErr(err)
 	}
 	return nil
-}
-
-// ProcessSetPaused implements dialect.Operator.
-func (d *SQLServer) ProcessSetPaused(ctx context.Context, name string, paused bool) error {
-	op := "resume"
-	if paused {
-		op = "pause"
-	}
-	if _, _, err := d.processOp(ctx, nil, name, op, dialect.ProcessSettings{}); err != nil {
-		return fmt.Errorf("%s process %q: %w", op, name, err)
-	}
-	return nil
-}
-
-// ProcessRetry implements dialect.Operator.
-func (d *SQLServer) ProcessRetry(ctx context.Context, name string) (int, error) {
-	return d.processFailed(ctx, name, "retry")
-}
-
-// ProcessDiscard implements dialect.Operator.
-func (d *SQLServer) ProcessDiscard(ctx context.Context, name string) (int, error) {
-	return d.processFailed(ctx, name, "discard")
-}
-
-// processFailed runs op ('retry' or 'discard') on a process's failed tasks and
-// insists it changed something, so that a command with nothing to do says so.
-func (d *SQLServer) processFailed(ctx context.Context, name, op string) (int, error) {
-	n, _, err := d.processOp(ctx, nil, name, op, dialect.ProcessSettings{})
-	if err == nil && n == 0 {
-		err = fmt.Errorf("%w: it has no failed tasks", dialect.ErrWrongState)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%s process %q: %w", op, name, err)
-	}
-	return n, nil
-}
-
-// ProcessCancel implements dialect.Operator.
-func (d *SQLServer) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
-	removed, running, err = d.processOp(ctx, nil, name, "cancel", dialect.ProcessSettings{})
-	if err == nil && removed == 0 {
-		err = fmt.Errorf("%w: it has no waiting or failed tasks (%d running)", dialect.ErrWrongState, running)
-	}
-	if err != nil {
-		return 0, running, fmt.Errorf("cancel process %q: %w", name, err)
-	}
-	return removed, running, nil
-}
-
-// taskOpSQL retries, discards or cancels one task (@Op 'retry', 'discard',
-// 'cancel'). The task's process id is read holding nothing; then the process row
-// is locked, then the task row, whose state decides: retry and discard need a
-// failed task, cancel one that is not running. The change leaves its audit row
-// (from its OUTPUT, as in processOpSQL, naming @Who); a discard or cancel passes
-// @EndState = 'cancelled' to OpenStage. Out: found (0/1), the task's state and
-// worker, rows changed (0: not allowed in that state).
-const taskOpSQL = `
-SET NOCOUNT ON;
-SET XACT_ABORT ON;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-DECLARE @TaskId bigint = @pTaskId,
-        @Op varchar(10) = @pOp,
-        @Who nvarchar(200) = @pWho,
-        @Note nvarchar(max) = @pNote,
-        @Pid bigint, @Cur int, @State varchar(20), @Worker nvarchar(200), @Rows int = 0,
-        @Outcome varchar(20), @EndState varchar(20) = 'succeeded',
-        @Now datetime2(7) = SYSUTCDATETIME();
-DECLARE @Changed TABLE (
-    id bigint NOT NULL PRIMARY KEY, process_id bigint NOT NULL, process_name nvarchar(200) NOT NULL,
-    execution_order int NOT NULL, kind nvarchar(200) NOT NULL, body nvarchar(max) NOT NULL,
-    attempt int NOT NULL, schedule_name nvarchar(200) NULL, scheduled_for datetime2(7) NULL);
-SELECT @Pid = t.process_id FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;
-IF @Pid IS NOT NULL
-BEGIN
-    BEGIN TRANSACTION;
-    SELECT @Cur = p.current_order
-      FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes))
-     WHERE p.id = @Pid;
-    SELECT @State = t.state, @Worker = t.worker_id
-      FROM stageq.Tasks AS t WITH (UPDLOCK, ROWLOCK, INDEX(PK_Tasks))
-     WHERE t.id = @TaskId;
-    IF (@Op IN ('retry', 'discard') AND @State = 'failed') OR (@Op = 'cancel' AND @State <> 'running')
-    BEGIN
-        IF @Op = 'retry'
-        BEGIN
-            UPDATE t
-               SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
-            OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
-                   deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
-              INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
-                             schedule_name, scheduled_for)
-              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks))
-             WHERE t.id = @TaskId;
-            SET @Rows = @@ROWCOUNT;
-            SET @Outcome = 'retried';
-        END
-        ELSE
-        BEGIN
-            DELETE t
-            OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
-                   deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
-              INTO @Changed (id, process_id, process_name, execution_order, kind, body, attempt,
-                             schedule_name, scheduled_for)
-              FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks))
-             WHERE t.id = @TaskId;
-            SET @Rows = @@ROWCOUNT;
-            SET @Outcome = CASE @Op WHEN 'discard' THEN 'discarded' ELSE 'cancelled' END;
-            IF @Rows > 0
-                SET @EndState = 'cancelled';
-        END;
-        INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
-                                 attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
-                                 schedule_name, scheduled_for)
-        SELECT c.id, c.process_id, c.process_name, c.execution_order, c.kind, c.body, @Who,
-               c.attempt, 0, @Now, @Now, 0, @Outcome, @Note, c.schedule_name, c.scheduled_for
-          FROM @Changed AS c;
-        UPDATE stageq.Processes
-           SET failed_tasks = (SELECT COUNT(*) FROM stageq.Tasks AS f WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Failed))
-                                WHERE f.process_id = @Pid AND f.state = 'failed')
-         WHERE id = @Pid;
-        EXEC stageq_routines.OpenStage @ProcessId = @Pid, @EndState = @EndState;
-    END;
-    COMMIT TRANSACTION;
-END;
-SELECT CASE WHEN @State IS NULL THEN 0 ELSE 1 END, COALESCE(@State, ''), COALESCE(@Worker, N''), @Rows;`
-
-func (d *SQLServer) taskOp(ctx context.Context, id int64, op string, allow func(state, worker string) error) error {
-	var found, rows int
-	var state, worker string
-	who, note := actor(ctx), auditNote(op)
-	err := d.retry(ctx, retrySafe, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, d.calls.SQL(taskOpSQL), bigint("pTaskId", id), nvarchar("pOp", op),
-			nvarchar("pWho", who), nvarchar("pNote", note)).Scan(&found, &state, &worker, &rows)
-	})
-	switch {
-	case err != nil:
-		return fmt.Errorf("%s task %d: %w", op, id, mapErr(err))
-	case found == 0:
-		return fmt.Errorf("task %d: %w (finished tasks leave the queue; see logs)", id, dialect.ErrNotFound)
-	case rows == 0:
-		if err := allow(state, worker); err != nil {
-			return fmt.Errorf("%s task %d: %w", op, id, err)
-		}
-		return fmt.Errorf("%s task %d: %w: it changed meanwhile", op, id, dialect.ErrWrongState)
-	}
-	return nil
-}
-
-// TaskRetry implements dialect.Operator.
-func (d *SQLServer) TaskRetry(ctx context.Context, id int64) error {
-	return d.taskOp(ctx, id, "retry", dialect.AllowRetry)
-}
-
-// TaskDiscard implements dialect.Operator.
-func (d *SQLServer) TaskDiscard(ctx context.Context, id int64) error {
-	return d.taskOp(ctx, id, "discard", dialect.AllowDiscard)
-}
-
-// TaskCancel implements dialect.Operator.
-func (d *SQLServer) TaskCancel(ctx context.Context, id int64) error {
-	return d.taskOp(ctx, id, "cancel", dialect.AllowCancel)
 }
 
 // processListSQL reads processes. In: name (empty for all), include finished ones
@@ -429,12 +308,6 @@ SELECT l.process_id, l.execution_order, COUNT(DISTINCT l.task_id)
  GROUP BY l.process_id, l.execution_order
 OPTION (RECOMPILE);`
 
-// ProcessList implements dialect.Operator (sqlbase: the three reads retry
-// together).
-func (d *SQLServer) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dialect.ProcessStatus, error) {
-	return d.base.ProcessList(ctx, f)
-}
-
 // workerListSQL reads the Workers table with each worker's running tasks and the
 // database's now, most recent heartbeat first. No parameters.
 const workerListSQL = `
@@ -445,8 +318,3 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
        SYSUTCDATETIME()
   FROM stageq.Workers AS w
  ORDER BY w.heartbeat_at DESC, w.id;`
-
-// WorkerList implements dialect.Operator (sqlbase).
-func (d *SQLServer) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	return d.base.WorkerList(ctx)
-}

@@ -1,12 +1,6 @@
 package sqlserver
 
-import (
-	"context"
-
-	"github.com/stageq/stageq/dialect"
-)
-
-// Reads for operators (queuectl, tests). They take no locks beyond the default
+// Reads for operators (queuectl, tests), run by sqlbase (base.go). They take no locks beyond the default
 // READ COMMITTED reads: on a database with READ_COMMITTED_SNAPSHOT on they read
 // row versions and block nobody. Their filters are optional, so each statement
 // ends with OPTION (RECOMPILE): the plan is built for the filters actually given
@@ -35,11 +29,6 @@ SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_o
  ORDER BY l.started_at, l.id
 OPTION (RECOMPILE);`
 
-// LogList implements dialect.Dialect (sqlbase).
-func (d *SQLServer) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
-	return d.base.LogList(ctx, f)
-}
-
 // taskListSQL reads the tasks still queued. In: process name, state (empty for
 // all), row limit. Out: tasks by process, order and id.
 const taskListSQL = `
@@ -55,19 +44,9 @@ SELECT TOP (@Limit) t.id, t.process_name, t.execution_order, t.kind, t.body, t.s
  ORDER BY t.process_name, t.execution_order, t.id
 OPTION (RECOMPILE);`
 
-// TaskList implements dialect.Dialect (sqlbase).
-func (d *SQLServer) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	return d.base.TaskList(ctx, f)
-}
-
 // processGetSQL reads one process. In: name. Out: id, name, state, current order.
 // A seek on UQ_Processes_name.
 const processGetSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName;
 SELECT p.id, p.name, p.state, p.current_order FROM stageq.Processes AS p WHERE p.name = @Name;`
-
-// ProcessGet implements dialect.Dialect (sqlbase).
-func (d *SQLServer) ProcessGet(ctx context.Context, name string) (dialect.ProcessInfo, error) {
-	return d.base.ProcessGet(ctx, name)
-}

@@ -149,6 +149,6 @@ func (d *SQLServer) UseRelease(rel dialect.Release) {
 
 // newCalls renders the statements that call a routine for r's version.
 func newCalls(r dialect.Routines) *dialect.RoutineCalls {
-	return dialect.NewRoutineCalls(r, advanceSQL, bodySessionSQL, claimSQL, finishManySQL, finishSQL,
-		processOpSQL, rescueSQL, submitSQL, taskOpSQL)
+	return dialect.NewRoutineCalls(r, advanceSQL, bodySessionSQL, claimSQL, configureSQL, finishManySQL, finishSQL,
+		openStageSQL, rescueSQL, submitSQL)
 }

@@ -49,8 +49,8 @@ type SQLServer struct {
 	calls *dialect.RoutineCalls
 	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
-	// base runs the reads and exclusive leases (base.go).
-	base sqlbase.Base
+	// Base runs the operator actions, reads and exclusive leases (base.go).
+	sqlbase.Base
 }
 
 var (
@@ -89,7 +89,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	bodies := sql.OpenDB(newLoginBound(cfg, bound))
 	bodies.SetMaxIdleConns(16)
 	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files}
-	d.base = d.newBase()
+	d.Base = d.newBase()
 	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
