@@ -5,8 +5,8 @@
 // transaction, how it re-derives a process's stage, how it takes a time) and
 // embeds it, so the loops, locks order, errors and audit rows are written once.
 //
-// The three dialects embed a Base. SQL Server's retention and schedules are
-// still T-SQL batches of its own (dialect/sqlserver/base.go says which methods
+// The three dialects embed a Base. SQL Server's schedules are still T-SQL
+// batches of its own (dialect/sqlserver/base.go says which methods
 // it takes).
 package sqlbase
 

@@ -15,10 +15,10 @@ import (
 	"github.com/stageq/stageq/dialect/sqlbase"
 )
 
-// newBase gives sqlbase the statements of operate.go, read.go, limits.go and
-// exclusive_lease.go and the steps SQL Server takes its own way. Its retention
-// and schedules are still batches of its own (prune.go, schedule.go), whose
-// methods shadow sqlbase's, so the fields only those use are left unset
+// newBase gives sqlbase the statements of operate.go, read.go, limits.go,
+// prune.go and exclusive_lease.go and the steps SQL Server takes its own way.
+// Its schedules are still batches of its own (schedule.go), whose methods
+// shadow sqlbase's, so the fields only those use are left unset
 // (TestBaseMethodsTaken keeps the two lists apart).
 func (d *SQLServer) newBase() sqlbase.Base {
 	return sqlbase.Base{
@@ -36,6 +36,7 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			return d.retry(ctx, mode, fn)
 		},
 		Interval: func(ttl time.Duration) any { return millis(ttl) },
+		PruneAge: pruneAge,
 		SQL: sqlbase.Statements{
 			LockProcess:     lockProcessSQL,
 			LockProcessByID: lockProcessByIDSQL,
@@ -60,6 +61,10 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			ProcessGet:      processGetSQL,
 		},
 		Limits: sqlbase.LimitStatements{Upsert: limitUpsertSQL, Delete: limitDeleteSQL, List: limitListSQL},
+		Retention: sqlbase.RetentionStatements{
+			Logs: pruneLogsSQL, Workers: pruneWorkersSQL, Processes: pruneProcessesSQL, Chunk: pruneChunk,
+			Record: pruneRecordSQL, Last: pruneLastSQL,
+		},
 		Lease: sqlbase.LeaseStatements{
 			Acquire: leaseAcquireSQL,
 			Get:     leaseGetSQL,

@@ -36,20 +36,27 @@ var baseArgs = map[string][]struct {
 	"mark cancelled":     {{"pProcessId", int64(0)}},
 	"log list": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
 		{"pSince", time.Time{}}, {"pLimit", 0}},
-	"task list":     {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}},
-	"process get":   {{"pName", ""}},
-	"process list":  {{"pName", ""}, {"pAll", false}},
-	"stage count":   {{"pName", ""}, {"pAll", false}},
-	"stage done":    {{"pName", ""}, {"pAll", false}},
-	"worker list":   {},
-	"limit upsert":  {{"pKey", ""}, {"pMax", 0}},
-	"limit delete":  {{"pKey", ""}},
-	"limit list":    {{"pKey", ""}},
-	"lease acquire": {{"pName", ""}, {"pHolder", ""}, {"pTtlMs", int64(0)}},
-	"lease get":     {{"pName", ""}},
-	"lease extend":  {{"pName", ""}, {"pHolder", ""}, {"pToken", int64(0)}, {"pTtlMs", int64(0)}},
-	"lease release": {{"pName", ""}, {"pHolder", ""}, {"pToken", int64(0)}},
-	"lease list":    {{"pName", ""}, {"pHeldOnly", false}},
+	"task list":       {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}},
+	"process get":     {{"pName", ""}},
+	"process list":    {{"pName", ""}, {"pAll", false}},
+	"stage count":     {{"pName", ""}, {"pAll", false}},
+	"stage done":      {{"pName", ""}, {"pAll", false}},
+	"worker list":     {},
+	"limit upsert":    {{"pKey", ""}, {"pMax", 0}},
+	"limit delete":    {{"pKey", ""}},
+	"limit list":      {{"pKey", ""}},
+	"lease acquire":   {{"pName", ""}, {"pHolder", ""}, {"pTtlMs", int64(0)}},
+	"lease get":       {{"pName", ""}},
+	"lease extend":    {{"pName", ""}, {"pHolder", ""}, {"pToken", int64(0)}, {"pTtlMs", int64(0)}},
+	"lease release":   {{"pName", ""}, {"pHolder", ""}, {"pToken", int64(0)}},
+	"lease list":      {{"pName", ""}, {"pHeldOnly", false}},
+	"prune logs":      {{"pAgeMs", int64(0)}, {"pBatch", 0}},
+	"prune workers":   {{"pAgeMs", int64(0)}, {"pBatch", 0}},
+	"prune processes": {{"pAgeMs", int64(0)}, {"pBatch", 0}},
+	"prune record": {{"pWorkerId", ""}, {"pLogsDeleted", int64(0)}, {"pWorkersDeleted", int64(0)},
+		{"pProcessesDeleted", int64(0)}, {"pRetainLogsS", int64(0)}, {"pRetainWorkersS", int64(0)},
+		{"pRetainProcessesS", int64(0)}},
+	"prune last": {},
 }
 
 // givenStatements lists the statements newBase sets, by text (each string
@@ -166,12 +173,12 @@ func TestBindArgsRefusesAMismatch(t *testing.T) {
 }
 
 // takenFromBase are the methods SQL Server leaves to sqlbase.Base, whose
-// statements newBase sets. Every other method of Base (retention, schedules)
+// statements newBase sets. Every other method of Base (the schedules)
 // must be SQL Server's own: left to Base it would run empty statements.
 var takenFromBase = []string{
 	"LeaseList", "LimitGet", "LimitList", "LogList", "ProcessCancel", "ProcessConfigure", "ProcessDiscard",
-	"ProcessGet", "ProcessList", "ProcessRetry", "ProcessSetPaused", "TaskCancel", "TaskDiscard", "TaskList",
-	"TaskRetry", "WorkerList",
+	"ProcessGet", "ProcessList", "ProcessRetry", "ProcessSetPaused", "PruneLast", "PruneLogs", "PruneProcesses",
+	"PruneRecord", "PruneWorkers", "TaskCancel", "TaskDiscard", "TaskList", "TaskRetry", "WorkerList",
 }
 
 // TestBaseMethodsTaken: the methods of sqlbase.Base that SQL Server does not

@@ -2,9 +2,6 @@ package sqlserver
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
@@ -56,7 +53,7 @@ var _ dialect.Pruner = (*SQLServer)(nil)
 
 // pruneLogsSQL deletes up to @Batch Logs rows of attempts that started before the
 // cut-off and are not running, oldest first. In: age in milliseconds, batch size
-// (1..1000). Out: rows deleted.
+// (1..1000). Rows: deleted (the DELETE alone reports its count).
 //
 // Locks: the subselect seeks IX_Logs_Started up to the cut-off and takes an update
 // lock on each row it returns (its IX_Logs_Started key and, through the key
@@ -71,26 +68,25 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET DEADLOCK_PRIORITY LOW;
 SET LOCK_TIMEOUT 1000;
 DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch,
-        @Deleted int = 0;
+        @Batch int = @pBatch;
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
                                        DATEADD(second, -CONVERT(int, @AgeMs / 1000), SYSUTCDATETIME()));
 BEGIN TRANSACTION;
+SET NOCOUNT OFF;
 DELETE l
   FROM stageq.Logs AS l WITH (ROWLOCK, FORCESEEK)
  WHERE l.id IN (SELECT TOP (@Batch) o.id
                   FROM stageq.Logs AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK, INDEX(IX_Logs_Started))
                  WHERE o.started_at < @Cutoff AND o.outcome <> 'running'
                  ORDER BY o.started_at);
-SET @Deleted = @@ROWCOUNT;
-COMMIT TRANSACTION;
-SELECT @Deleted;`
+SET NOCOUNT ON;
+COMMIT TRANSACTION;`
 
 // pruneWorkersSQL deletes up to @Batch Workers rows whose last heartbeat (or
 // stop) is older than the cut-off and that hold no running task. In: age in
-// milliseconds, batch size (1..1000). Out: rows deleted.
+// milliseconds, batch size (1..1000). Rows: deleted (the DELETE alone reports its count).
 //
 // Workers has no index on its times (it holds one row per worker process, a few
 // thousand at most), so the candidates are found by a scan that keeps no lock
@@ -108,8 +104,7 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET DEADLOCK_PRIORITY LOW;
 SET LOCK_TIMEOUT 1000;
 DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch,
-        @Deleted int = 0;
+        @Batch int = @pBatch;
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
@@ -135,17 +130,17 @@ BEGIN
      WHERE COALESCE(w.stopped_at, w.heartbeat_at) < @Cutoff
        AND NOT EXISTS (SELECT 1 FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Running))
                         WHERE t.worker_id = w.id AND t.state = 'running');
+    SET NOCOUNT OFF;
     DELETE w
       FROM stageq.Workers AS w WITH (ROWLOCK, FORCESEEK)
       JOIN @Gone AS g ON g.id = w.id;
-    SET @Deleted = @@ROWCOUNT;
+    SET NOCOUNT ON;
     COMMIT TRANSACTION;
-END;
-SELECT @Deleted;`
+END;`
 
 // pruneProcessesSQL deletes up to @Batch processes that finished (succeeded or
 // cancelled) before the cut-off and have no task left, never "default". In: age
-// in milliseconds, batch size (1..1000). Out: rows deleted.
+// in milliseconds, batch size (1..1000). Rows: deleted (the DELETE alone reports its count).
 //
 // Processes has no index on finished_at (docs/sqlserver.md, "Retention"), so the
 // candidates are found by a scan of PK_Processes that keeps no lock (READPAST,
@@ -169,8 +164,7 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET DEADLOCK_PRIORITY LOW;
 SET LOCK_TIMEOUT 1000;
 DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch,
-        @Deleted int = 0;
+        @Batch int = @pBatch;
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
@@ -194,13 +188,13 @@ BEGIN
      WHERE p.finished_at < @Cutoff AND p.state IN ('succeeded', 'cancelled') AND p.name <> N'default'
        AND NOT EXISTS (SELECT 1 FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Stage))
                         WHERE t.process_id = p.id);
+    SET NOCOUNT OFF;
     DELETE p
       FROM stageq.Processes AS p WITH (ROWLOCK, FORCESEEK)
       JOIN @Gone AS g ON g.id = p.id;
-    SET @Deleted = @@ROWCOUNT;
+    SET NOCOUNT ON;
     COMMIT TRANSACTION;
-END;
-SELECT @Deleted;`
+END;`
 
 // pruneRecordSQL stores the latest pass in the single row of stageq.PruneStatus
 // (id 1). In: worker id, rows deleted per kind, retention per kind in seconds.
@@ -244,8 +238,9 @@ SELECT s.worker_id, s.ran_at, s.logs_deleted, s.workers_deleted, s.processes_del
  WHERE s.id = 1;`
 
 // pruneChunk is the most rows one prune statement deletes (the statements refuse
-// more): about one lock per row on each index of the table, a factor five below
-// the 5,000 locks on one index that trigger lock escalation.
+// more; sqlbase sends a larger batch as several statements): about one lock per
+// row on each index of the table, a factor five below the 5,000 locks on one
+// index that trigger lock escalation.
 const pruneChunk = 1000
 
 // pruneMaxAge is the longest retention the cut-off arithmetic takes (DATEADD adds
@@ -253,95 +248,8 @@ const pruneChunk = 1000
 // every row the database can have written anyway.
 const pruneMaxAge = (1<<31 - 1) * time.Second
 
-// pruneBatches deletes up to p.Batch rows with run, which sends one prune
-// statement for up to n rows and returns how many it deleted: p.Batch in
-// statements of at most pruneChunk rows, each its own transaction, until one
-// deletes fewer than it was asked to. run retries its statement after
-// rolled-back and broken-connection errors (retryAll): running it again deletes
-// only rows that are still old, so at worst a lost answer leaves a batch
-// uncounted.
-func (d *SQLServer) pruneBatches(ctx context.Context, what string, p dialect.PruneParams,
-	run func(ctx context.Context, ageMs int64, n int32) (int, error)) (int, error) {
-	if p.Age <= 0 || p.Batch <= 0 {
-		return 0, fmt.Errorf("prune %s: %w: age and batch must be positive, got %s and %d", what, dialect.ErrInvalid, p.Age, p.Batch)
-	}
-	ageMs := millis(min(p.Age, pruneMaxAge))
-	total := 0
-	for total < p.Batch {
-		n := min(p.Batch-total, pruneChunk)
-		got, err := run(ctx, ageMs, int32(n))
-		if err != nil {
-			return total, fmt.Errorf("prune %s: %w", what, err)
-		}
-		total += got
-		if got < n {
-			break
-		}
-	}
-	return total, nil
-}
-
-// PruneLogs implements dialect.Pruner.
-func (d *SQLServer) PruneLogs(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return d.pruneBatches(ctx, "logs", p, func(ctx context.Context, ageMs int64, n int32) (int, error) {
-		return d.queryCount(ctx, retryAll, pruneLogsSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
-	})
-}
-
-// PruneWorkers implements dialect.Pruner.
-func (d *SQLServer) PruneWorkers(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return d.pruneBatches(ctx, "workers", p, func(ctx context.Context, ageMs int64, n int32) (int, error) {
-		return d.queryCount(ctx, retryAll, pruneWorkersSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
-	})
-}
-
-// PruneProcesses implements dialect.Pruner.
-func (d *SQLServer) PruneProcesses(ctx context.Context, p dialect.PruneParams) (int, error) {
-	return d.pruneBatches(ctx, "processes", p, func(ctx context.Context, ageMs int64, n int32) (int, error) {
-		return d.queryCount(ctx, retryAll, pruneProcessesSQL, bigint("pAgeMs", ageMs), integer("pBatch", n))
-	})
-}
-
-// PruneRecord implements dialect.Pruner. An upsert of one row: retried.
-func (d *SQLServer) PruneRecord(ctx context.Context, s dialect.PruneStatus) error {
-	if err := checkLen("worker id", s.WorkerID, maxName); err != nil {
-		return fmt.Errorf("record prune pass: %w", err)
-	}
-	err := d.exec(ctx, retryAll, pruneRecordSQL,
-		nvarchar("pWorkerId", s.WorkerID),
-		bigint("pLogsDeleted", s.LogsDeleted),
-		bigint("pWorkersDeleted", s.WorkersDeleted),
-		bigint("pProcessesDeleted", s.ProcessesDeleted),
-		bigint("pRetainLogsS", int64(s.RetainLogs/time.Second)),
-		bigint("pRetainWorkersS", int64(s.RetainWorkers/time.Second)),
-		bigint("pRetainProcessesS", int64(s.RetainProcesses/time.Second)))
-	if err != nil {
-		return fmt.Errorf("record prune pass: %w", err)
-	}
-	return nil
-}
-
-// PruneLast implements dialect.Pruner.
-func (d *SQLServer) PruneLast(ctx context.Context) (dialect.PruneStatus, bool, error) {
-	var s dialect.PruneStatus
-	var rl, rw, rp int64
-	found := true
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		err := d.db.QueryRowContext(ctx, pruneLastSQL).Scan(&s.WorkerID, &s.RanAt, &s.LogsDeleted, &s.WorkersDeleted,
-			&s.ProcessesDeleted, &rl, &rw, &rp)
-		if errors.Is(err, sql.ErrNoRows) {
-			found = false
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return dialect.PruneStatus{}, false, fmt.Errorf("read prune status: %w", mapErr(err))
-	}
-	if !found {
-		return dialect.PruneStatus{}, false, nil
-	}
-	s.RanAt = s.RanAt.UTC()
-	s.RetainLogs, s.RetainWorkers, s.RetainProcesses = time.Duration(rl)*time.Second, time.Duration(rw)*time.Second, time.Duration(rp)*time.Second
-	return s, true, nil
+// pruneAge is a retention age as the prune statements take it: whole
+// milliseconds, at most pruneMaxAge.
+func pruneAge(_ context.Context, age time.Duration) (any, error) {
+	return millis(min(age, pruneMaxAge)), nil
 }
