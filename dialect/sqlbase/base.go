@@ -54,6 +54,14 @@ type Base struct {
 	// says fn may also run again after an error that leaves its outcome unknown
 	// (a connection lost mid-request). nil runs fn once.
 	Retry func(ctx context.Context, repeatable bool, fn func(ctx context.Context) error) error
+	// CountsAsRow: the statements whose result is a count of rows changed
+	// (bulk changes, cancel, prune, limit delete, lease release) answer it as
+	// their one row, instead of the driver's rows affected (SQL Server's
+	// batches, whose DONE counts a trigger or the driver could add to).
+	CountsAsRow bool
+	// Who, where set, is who an operator action's audit rows name (nil:
+	// dialect.Actor), cut to what the dialect's column holds.
+	Who func(ctx context.Context) string
 	// LeasesInTx runs each exclusive-lease change in a write transaction of its
 	// own (InTx): SQLite needs its write lock from the start, or a statement
 	// that reads and then writes can fail to upgrade. Where each statement is
@@ -75,6 +83,31 @@ func (b *Base) onPool(ctx context.Context, repeatable bool, fn func(ctx context.
 		return fn(ctx)
 	}
 	return b.Retry(ctx, repeatable, fn)
+}
+
+// execCount runs a statement that changes rows and returns how many it
+// changed (CountsAsRow says how the dialect answers). Errors are the driver's.
+func (b *Base) execCount(ctx context.Context, q dialect.Querier, stmt string, args ...any) (int64, error) {
+	if b.CountsAsRow {
+		var n int64
+		if err := q.QueryRowContext(ctx, stmt, args...).Scan(&n); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	res, err := q.ExecContext(ctx, stmt, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// who is who an operator action's audit rows name.
+func (b *Base) who(ctx context.Context) string {
+	if b.Who != nil {
+		return b.Who(ctx)
+	}
+	return dialect.Actor(ctx)
 }
 
 // Statements are a dialect's texts for Base. "In" lists the parameters in

@@ -92,12 +92,11 @@ func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) 
 	// Not repeated after a lost answer: a release that did happen would then
 	// report the lease lost.
 	err := b.leaseRun(ctx, false, func(ctx context.Context, q dialect.Querier) error {
-		res, err := q.ExecContext(ctx, b.Lease.Release, lp.Name, lp.Holder, lp.Token)
-		if err != nil {
+		var err error
+		if n, err = b.execCount(ctx, q, b.Lease.Release, lp.Name, lp.Holder, lp.Token); err != nil {
 			return b.MapErr(err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("release lease %q: %w", lp.Name, err)

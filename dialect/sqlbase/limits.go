@@ -32,7 +32,11 @@ func (b *Base) LimitSet(ctx context.Context, key string, max int) error {
 	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
 		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
 	}
-	if _, err := b.Pool.ExecContext(ctx, b.Limits.Upsert, key, max); err != nil {
+	err := b.onPool(ctx, true, func(ctx context.Context) error {
+		_, err := b.Pool.ExecContext(ctx, b.Limits.Upsert, key, max)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("set limit %q: %w", key, b.MapErr(err))
 	}
 	return nil
@@ -49,7 +53,11 @@ func (b *Base) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
 }
 
 func (b *Base) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Limits.List, dialect.ScanLimitInfo, key)
+	var out []dialect.LimitInfo
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Limits.List, dialect.ScanLimitInfo, key)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list limits: %w", err)
 	}
@@ -65,9 +73,18 @@ func (b *Base) LimitDelete(ctx context.Context, key string) error {
 		none := 0
 		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
 	}
-	res, err := b.Pool.ExecContext(ctx, b.Limits.Delete, key)
+	// Not repeated after a lost answer: a delete that did happen would then
+	// report the limit not found.
+	var n int64
+	err := b.onPool(ctx, false, func(ctx context.Context) (err error) {
+		n, err = b.execCount(ctx, b.Pool, b.Limits.Delete, key)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("delete limit %q: %w", key, b.MapErr(err))
 	}
-	return oneRow(res, fmt.Sprintf("limit %q", key))
+	if n == 0 {
+		return fmt.Errorf("limit %q: %w", key, dialect.ErrNotFound)
+	}
+	return nil
 }

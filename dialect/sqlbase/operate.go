@@ -50,7 +50,7 @@ func (b *Base) markCancelled(ctx context.Context, q dialect.Querier, id int64, o
 // audit runs one of the audit statements, whose parameters are always the
 // changed row's id, who, outcome and note.
 func (b *Base) audit(ctx context.Context, q dialect.Querier, stmt string, id int64, o dialect.Outcome) error {
-	if _, err := q.ExecContext(ctx, stmt, id, dialect.Actor(ctx), string(o), dialect.AuditNote(o)); err != nil {
+	if _, err := q.ExecContext(ctx, stmt, id, b.who(ctx), string(o), dialect.AuditNote(o)); err != nil {
 		return fmt.Errorf("audit: %w", b.MapErr(err))
 	}
 	return nil
@@ -88,19 +88,19 @@ func (b *Base) processBulk(ctx context.Context, name, stmt, what string, o diale
 		if err := b.audit(ctx, q, b.SQL.AuditFailed, id, o); err != nil {
 			return fmt.Errorf("%s process %q: %w", what, name, err)
 		}
-		res, err := q.ExecContext(ctx, stmt, id)
-		if err != nil {
+		var err error
+		if n, err = b.execCount(ctx, q, stmt, id); err != nil {
 			return fmt.Errorf("%s process %q: %w", what, name, b.MapErr(err))
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return fmt.Errorf("%s process %q: %w", what, name, err)
 		}
 		if n == 0 {
 			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
 		}
 		return nil
 	}, func(q dialect.Querier, id int64) error { return b.markCancelled(ctx, q, id, o) })
-	return int(n), err
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 // ProcessRetry implements dialect.Operator.
@@ -117,20 +117,16 @@ func (b *Base) ProcessDiscard(ctx context.Context, name string) (int, error) {
 func (b *Base) ProcessCancel(ctx context.Context, name string) (removed, running int, err error) {
 	o := dialect.OutcomeCancelled
 	err = b.withProcess(ctx, nil, name, func(q dialect.Querier, id int64) error {
-		args := []any{id, dialect.Actor(ctx), string(o), dialect.AuditNote(o)}
+		args := []any{id, b.who(ctx), string(o), dialect.AuditNote(o)}
 		if b.SQL.AuditCancel != "" {
 			if err := b.audit(ctx, q, b.SQL.AuditCancel, id, o); err != nil {
 				return fmt.Errorf("cancel process %q: %w", name, err)
 			}
 			args = args[:1]
 		}
-		res, err := q.ExecContext(ctx, b.SQL.CancelProcess, args...)
+		n, err := b.execCount(ctx, q, b.SQL.CancelProcess, args...)
 		if err != nil {
 			return fmt.Errorf("cancel process %q: %w", name, b.MapErr(err))
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("cancel process %q: %w", name, err)
 		}
 		removed = int(n)
 		if err := q.QueryRowContext(ctx, b.SQL.Running, id).Scan(&running); err != nil {

@@ -49,12 +49,11 @@ func (b *Base) prune(ctx context.Context, stmt, what string, p dialect.PrunePara
 		n := min(p.Batch-total, chunk)
 		var got int64
 		err := b.onPool(ctx, true, func(ctx context.Context) error {
-			res, err := b.Pool.ExecContext(ctx, stmt, age, n)
-			if err != nil {
+			var err error
+			if got, err = b.execCount(ctx, b.Pool, stmt, age, n); err != nil {
 				return b.MapErr(err)
 			}
-			got, err = res.RowsAffected()
-			return err
+			return nil
 		})
 		if err != nil {
 			return total, fmt.Errorf("prune %s: %w", what, err)

@@ -3,6 +3,7 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"regexp"
 	"sync"
@@ -35,8 +36,10 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			}
 			return d.retry(ctx, mode, fn)
 		},
-		Interval: func(ttl time.Duration) any { return millis(ttl) },
-		PruneAge: pruneAge,
+		Interval:    func(ttl time.Duration) any { return millis(ttl) },
+		CountsAsRow: true,
+		Who:         actor,
+		PruneAge:    pruneAge,
 		SQL: sqlbase.Statements{
 			LockProcess:     lockProcessSQL,
 			LockProcessByID: lockProcessByIDSQL,
@@ -78,25 +81,53 @@ func (d *SQLServer) newBase() sqlbase.Base {
 // inTx runs fn in the caller's transaction tx, or (tx nil) in a new one that
 // commits when fn succeeds. A new one is run again from its start after an
 // error that rolled it back (a deadlock victim, a lock time-out): only the
-// whole transaction can be repeated, never a statement inside it.
+// whole transaction can be repeated, never a statement inside it. A failed
+// COMMIT is not repeated: database/sql can no longer roll that transaction
+// back, and what the server did with it is unknown.
 func (d *SQLServer) inTx(ctx context.Context, tx *sql.Tx, fn func(dialect.Querier) error) error {
 	if tx != nil {
 		return fn(bound{tx})
 	}
-	return d.retry(ctx, retrySafe, func(ctx context.Context) error {
-		tx, err := d.BeginTx(ctx)
+	var commitErr error
+	err := d.retry(ctx, retrySafe, func(ctx context.Context) error {
+		tx, err := d.begin(ctx)
 		if err != nil {
 			return err
 		}
+		defer tx.Rollback() // after Commit, a no-op; on an error or a panic, the locks go at once
 		if err := fn(bound{tx}); err != nil {
-			tx.Rollback()
 			return err
 		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", mapErr(err))
-		}
+		commitErr = tx.Commit()
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if commitErr != nil {
+		return fmt.Errorf("commit: %w", mapErr(commitErr))
+	}
+	return nil
+}
+
+// actor is who the audit rows name (dialect.Actor), cut to the 200 UTF-16 code
+// units Logs.worker_id holds, on a character boundary: an operator's long
+// user@host must not refuse the command, and the statements' nvarchar(200)
+// local would otherwise cut it silently, possibly inside a surrogate pair.
+func actor(ctx context.Context) string {
+	who := dialect.Actor(ctx)
+	n := 0
+	for i, r := range who {
+		w := 1
+		if r > 0xFFFF {
+			w = 2
+		}
+		if n+w > maxName {
+			return who[:i]
+		}
+		n += w
+	}
+	return who
 }
 
 // bound is the pool as sqlbase sees it (dialect.Querier). sqlbase passes a
@@ -124,16 +155,21 @@ func (b bound) QueryContext(ctx context.Context, query string, args ...any) (*sq
 	return b.q.QueryContext(ctx, query, named...)
 }
 
-// QueryRowContext panics when the arguments do not fit the statement: a
-// *sql.Row cannot carry an error of ours, and a mismatch is a defect that
-// TestBaseStatementsBind finds before any run.
+// QueryRowContext hands a binding error to database/sql as an argument whose
+// conversion fails (a *sql.Row cannot be made with an error of ours): the
+// row's Scan returns it, and the statement does not run.
 func (b bound) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	named, err := bindArgs(query, args)
 	if err != nil {
-		panic(err)
+		return b.q.QueryRowContext(ctx, query, bindError{err})
 	}
 	return b.q.QueryRowContext(ctx, query, named...)
 }
+
+// bindError is an argument that cannot be converted: its Value is the error.
+type bindError struct{ err error }
+
+func (e bindError) Value() (driver.Value, error) { return nil, e.err }
 
 // paramRe finds a statement's parameters; each is used exactly once, in the
 // DECLARE that copies it into its typed local.
@@ -156,12 +192,20 @@ func paramsInOrder(query string) []string {
 
 // bindArgs names args after query's parameters and types each one as
 // params.go's helpers do. Arguments already named (a step of this package's
-// own, such as openStage, built with those helpers) pass unchanged.
+// own, such as openStage, built with those helpers) pass unchanged; a list
+// that names some and not others is refused.
 func bindArgs(query string, args []any) ([]any, error) {
-	if len(args) > 0 {
-		if _, named := args[0].(sql.NamedArg); named {
-			return args, nil
+	named := 0
+	for _, a := range args {
+		if _, ok := a.(sql.NamedArg); ok {
+			named++
 		}
+	}
+	switch {
+	case named == len(args) && named > 0:
+		return args, nil
+	case named > 0:
+		return nil, fmt.Errorf("sqlserver: %d of %d arguments named; name all or none", named, len(args))
 	}
 	names := paramsInOrder(query)
 	if len(names) != len(args) {

@@ -1,6 +1,7 @@
 package sqlserver
 
 import (
+	"context"
 	"database/sql"
 	"go/ast"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect/sqlbase"
+	_ "modernc.org/sqlite"
 )
 
 // baseArgs are the arguments sqlbase passes each statement SQL Server gives it,
@@ -165,7 +167,7 @@ func typeName(v any) string {
 // TestBindArgsRefusesAMismatch: too few or too many arguments, or one of a
 // type without a fixed declaration, is an error before anything is sent.
 func TestBindArgsRefusesAMismatch(t *testing.T) {
-	for _, args := range [][]any{{}, {"a", "b"}, {1.5}} {
+	for _, args := range [][]any{{}, {"a", "b"}, {1.5}, {sql.Named("pName", "a"), "b"}} {
 		if _, err := bindArgs(processGetSQL, args); err == nil {
 			t.Errorf("bindArgs(processGetSQL, %v): no error", args)
 		}
@@ -200,5 +202,21 @@ func TestBaseMethodsTaken(t *testing.T) {
 	}
 	if !slices.Equal(taken, takenFromBase) {
 		t.Errorf("SQL Server takes %v from sqlbase.Base, want %v", taken, takenFromBase)
+	}
+}
+
+// TestBoundRowCarriesABindError: a statement given arguments that do not fit
+// it fails at Scan with the binding error, without running (here on SQLite's
+// driver, which would run SELECT 1 happily).
+func TestBoundRowCarriesABindError(t *testing.T) {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	err = bound{db}.QueryRowContext(context.Background(), "SELECT 1 -- @pOne", "a", "b").Scan(&n)
+	if err == nil || !strings.Contains(err.Error(), "given 2 arguments") {
+		t.Fatalf("Scan: %v, want the binding error", err)
 	}
 }

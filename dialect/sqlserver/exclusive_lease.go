@@ -96,20 +96,18 @@ func (d *SQLServer) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParam
 }
 
 // leaseReleaseSQL frees a lease, fenced by holder and token; the row stays so the
-// next holder's token is higher. In: name, holder, token. The UPDATE alone
-// reports its row count (NOCOUNT OFF for it): sqlbase reads the rows changed
-// from the result.
+// next holder's token is higher. In: name, holder, token. Out: rows changed.
 const leaseReleaseSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(200) = @pName,
         @Holder nvarchar(200) = @pHolder,
         @Token bigint = @pToken,
         @Now datetime2(7) = SYSUTCDATETIME();
-SET NOCOUNT OFF;
 UPDATE l
    SET holder = NULL, expires_at = CASE WHEN l.expires_at < @Now THEN l.expires_at ELSE @Now END, updated_at = @Now
   FROM stageq.ExclusiveLeases AS l WITH (ROWLOCK)
- WHERE l.name = @Name AND l.holder = @Holder AND l.token = @Token;`
+ WHERE l.name = @Name AND l.holder = @Holder AND l.token = @Token;
+SELECT @@ROWCOUNT;`
 
 // LeaseRelease implements dialect.Scheduler (sqlbase; retried only when nothing
 // can have been committed: a repeated release would report ErrLeaseLost).

@@ -63,13 +63,12 @@ SELECT CONCAT(N'process:', p.name), p.max_parallel, p.updated_at,
  ORDER BY 1
 OPTION (RECOMPILE);`
 
-// limitDeleteSQL removes a limit. In: key. Rows: removed (the DELETE alone
-// reports its count).
+// limitDeleteSQL removes a limit. In: key. Out: rows removed.
 const limitDeleteSQL = `
 SET NOCOUNT ON;
 DECLARE @Key nvarchar(205) = @pKey;
-SET NOCOUNT OFF;
-DELETE FROM stageq.Limits WHERE [key] = @Key;`
+DELETE FROM stageq.Limits WHERE [key] = @Key;
+SELECT @@ROWCOUNT;`
 
 // LimitDelete implements dialect.Operator (sqlbase, after refusing a key the
 // column cannot hold).

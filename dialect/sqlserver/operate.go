@@ -27,9 +27,10 @@ var _ dialect.Operator = (*SQLServer)(nil)
 // task at any moment (claims lock no process row). A discard or cancel that
 // emptied its process marks it cancelled after OpenStage called it succeeded.
 //
-// The bulk statements report their row count through the one statement that
-// changes the tasks (SET NOCOUNT OFF around it alone): sqlbase reads the rows
-// changed from the result, and go-mssqldb adds up the counts of a batch.
+// The statements whose answer is a number of rows changed end with it as
+// their one row (sqlbase.Base.CountsAsRow), counted with @@ROWCOUNT after
+// each statement: the driver's rows affected would add up every count the
+// batch sends, a trigger's included.
 
 // lockProcessSQL reads a process's id by name and holds an update lock on its
 // row to the end of the transaction. In: name. Out: id.
@@ -82,42 +83,44 @@ BEGIN
 END;`
 
 // retryProcessSQL puts every failed task of a process back, blocked, with fresh
-// attempts and a fresh abandon budget. In: process id. Rows: tasks changed.
+// attempts and a fresh abandon budget. In: process id. Out: tasks changed.
 const retryProcessSQL = `
 SET NOCOUNT ON;
 DECLARE @Pid bigint = @pProcessId,
         @Now datetime2(7) = SYSUTCDATETIME(),
-        @Batch int = 1000;
+        @Batch int = 1000,
+        @Rows int = 0;
 WHILE @Batch = 1000
 BEGIN
-    SET NOCOUNT OFF;
     UPDATE TOP (1000) t
        SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
       FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
      WHERE t.process_id = @Pid AND t.state = 'failed';
     SET @Batch = @@ROWCOUNT;
-    SET NOCOUNT ON;
-END;`
+    SET @Rows = @Rows + @Batch;
+END;
+SELECT @Rows;`
 
 // discardProcessSQL removes every failed task of a process. In: process id.
-// Rows: tasks removed.
+// Out: tasks removed.
 const discardProcessSQL = `
 SET NOCOUNT ON;
 DECLARE @Pid bigint = @pProcessId,
-        @Batch int = 1000;
+        @Batch int = 1000,
+        @Rows int = 0;
 WHILE @Batch = 1000
 BEGIN
-    SET NOCOUNT OFF;
     DELETE TOP (1000) t
       FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
      WHERE t.process_id = @Pid AND t.state = 'failed';
     SET @Batch = @@ROWCOUNT;
-    SET NOCOUNT ON;
-END;`
+    SET @Rows = @Rows + @Batch;
+END;
+SELECT @Rows;`
 
 // cancelProcessSQL removes every task of a process that is not running, and
 // writes each one's Logs row from the DELETE's OUTPUT (the task as it was,
-// attempt included). In: process id, who, outcome, note. Rows: tasks removed.
+// attempt included). In: process id, who, outcome, note. Out: tasks removed.
 const cancelProcessSQL = `
 SET NOCOUNT ON;
 DECLARE @Pid bigint = @pProcessId,
@@ -125,14 +128,14 @@ DECLARE @Pid bigint = @pProcessId,
         @Outcome varchar(20) = @pOutcome,
         @Note nvarchar(max) = @pNote,
         @Now datetime2(7) = SYSUTCDATETIME(),
-        @Batch int = 1000;
+        @Batch int = 1000,
+        @Rows int = 0;
 DECLARE @Changed TABLE (
     id bigint NOT NULL PRIMARY KEY, process_id bigint NOT NULL, process_name nvarchar(200) NOT NULL,
     execution_order int NOT NULL, kind nvarchar(200) NOT NULL, body nvarchar(max) NOT NULL,
     attempt int NOT NULL, schedule_name nvarchar(200) NULL, scheduled_for datetime2(7) NULL);
 WHILE @Batch = 1000
 BEGIN
-    SET NOCOUNT OFF;
     DELETE TOP (1000) t
     OUTPUT deleted.id, deleted.process_id, deleted.process_name, deleted.execution_order, deleted.kind,
            deleted.body, deleted.attempt, deleted.schedule_name, deleted.scheduled_for
@@ -141,7 +144,7 @@ BEGIN
       FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Stage))
      WHERE t.process_id = @Pid AND t.state IN ('blocked', 'scheduled', 'available', 'failed');
     SET @Batch = @@ROWCOUNT;
-    SET NOCOUNT ON;
+    SET @Rows = @Rows + @Batch;
     INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
                              attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
                              schedule_name, scheduled_for)
@@ -149,7 +152,8 @@ BEGIN
            c.attempt, 0, @Now, @Now, 0, @Outcome, @Note, c.schedule_name, c.scheduled_for
       FROM @Changed AS c;
     DELETE FROM @Changed;
-END;`
+END;
+SELECT @Rows;`
 
 // runningSQL counts a process's running tasks. In: process id. Out: count.
 const runningSQL = `

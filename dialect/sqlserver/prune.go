@@ -53,7 +53,7 @@ var _ dialect.Pruner = (*SQLServer)(nil)
 
 // pruneLogsSQL deletes up to @Batch Logs rows of attempts that started before the
 // cut-off and are not running, oldest first. In: age in milliseconds, batch size
-// (1..1000). Rows: deleted (the DELETE alone reports its count).
+// (1..1000). Out: rows deleted.
 //
 // Locks: the subselect seeks IX_Logs_Started up to the cut-off and takes an update
 // lock on each row it returns (its IX_Logs_Started key and, through the key
@@ -68,25 +68,26 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET DEADLOCK_PRIORITY LOW;
 SET LOCK_TIMEOUT 1000;
 DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch;
+        @Batch int = @pBatch,
+        @Deleted int = 0;
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
                                        DATEADD(second, -CONVERT(int, @AgeMs / 1000), SYSUTCDATETIME()));
 BEGIN TRANSACTION;
-SET NOCOUNT OFF;
 DELETE l
   FROM stageq.Logs AS l WITH (ROWLOCK, FORCESEEK)
  WHERE l.id IN (SELECT TOP (@Batch) o.id
                   FROM stageq.Logs AS o WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK, INDEX(IX_Logs_Started))
                  WHERE o.started_at < @Cutoff AND o.outcome <> 'running'
                  ORDER BY o.started_at);
-SET NOCOUNT ON;
-COMMIT TRANSACTION;`
+SET @Deleted = @@ROWCOUNT;
+COMMIT TRANSACTION;
+SELECT @Deleted;`
 
 // pruneWorkersSQL deletes up to @Batch Workers rows whose last heartbeat (or
 // stop) is older than the cut-off and that hold no running task. In: age in
-// milliseconds, batch size (1..1000). Rows: deleted (the DELETE alone reports its count).
+// milliseconds, batch size (1..1000). Out: rows deleted.
 //
 // Workers has no index on its times (it holds one row per worker process, a few
 // thousand at most), so the candidates are found by a scan that keeps no lock
@@ -104,7 +105,8 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET DEADLOCK_PRIORITY LOW;
 SET LOCK_TIMEOUT 1000;
 DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch;
+        @Batch int = @pBatch,
+        @Deleted int = 0;
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
@@ -130,17 +132,17 @@ BEGIN
      WHERE COALESCE(w.stopped_at, w.heartbeat_at) < @Cutoff
        AND NOT EXISTS (SELECT 1 FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Running))
                         WHERE t.worker_id = w.id AND t.state = 'running');
-    SET NOCOUNT OFF;
     DELETE w
       FROM stageq.Workers AS w WITH (ROWLOCK, FORCESEEK)
       JOIN @Gone AS g ON g.id = w.id;
-    SET NOCOUNT ON;
+    SET @Deleted = @@ROWCOUNT;
     COMMIT TRANSACTION;
-END;`
+END;
+SELECT @Deleted;`
 
 // pruneProcessesSQL deletes up to @Batch processes that finished (succeeded or
 // cancelled) before the cut-off and have no task left, never "default". In: age
-// in milliseconds, batch size (1..1000). Rows: deleted (the DELETE alone reports its count).
+// in milliseconds, batch size (1..1000). Out: rows deleted.
 //
 // Processes has no index on finished_at (docs/sqlserver.md, "Retention"), so the
 // candidates are found by a scan of PK_Processes that keeps no lock (READPAST,
@@ -164,7 +166,8 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 SET DEADLOCK_PRIORITY LOW;
 SET LOCK_TIMEOUT 1000;
 DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch;
+        @Batch int = @pBatch,
+        @Deleted int = 0;
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
@@ -188,13 +191,13 @@ BEGIN
      WHERE p.finished_at < @Cutoff AND p.state IN ('succeeded', 'cancelled') AND p.name <> N'default'
        AND NOT EXISTS (SELECT 1 FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Stage))
                         WHERE t.process_id = p.id);
-    SET NOCOUNT OFF;
     DELETE p
       FROM stageq.Processes AS p WITH (ROWLOCK, FORCESEEK)
       JOIN @Gone AS g ON g.id = p.id;
-    SET NOCOUNT ON;
+    SET @Deleted = @@ROWCOUNT;
     COMMIT TRANSACTION;
-END;`
+END;
+SELECT @Deleted;`
 
 // pruneRecordSQL stores the latest pass in the single row of stageq.PruneStatus
 // (id 1). In: worker id, rows deleted per kind, retention per kind in seconds.

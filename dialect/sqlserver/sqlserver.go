@@ -173,20 +173,25 @@ const beginTxSQL = `SET XACT_ABORT ON;`
 // XACT_ABORT ON. Atomic tasks run their body and TaskFinish in it.
 func (d *SQLServer) BeginTx(ctx context.Context) (*sql.Tx, error) {
 	var tx *sql.Tx
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		var err error
-		tx, err = d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, beginTxSQL); err != nil {
-			tx.Rollback()
-			return err
-		}
-		return nil
+	err := d.retry(ctx, retryAll, func(ctx context.Context) (err error) {
+		tx, err = d.begin(ctx)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", mapErr(err))
+	}
+	return tx, nil
+}
+
+// begin starts BeginTx's transaction once.
+func (d *SQLServer) begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, beginTxSQL); err != nil {
+		tx.Rollback()
+		return nil, err
 	}
 	return tx, nil
 }
