@@ -71,10 +71,14 @@ func (b *Base) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.Schedu
 
 // ScheduleList implements dialect.Scheduler.
 func (b *Base) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]dialect.ScheduleInfo, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.List, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
-		*s, err = dialect.ScanSchedule(r.Scan)
+	var out []dialect.ScheduleInfo
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.List, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
+			*s, err = dialect.ScanSchedule(r.Scan)
+			return err
+		}, f.Name)
 		return err
-	}, f.Name)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
 	}
@@ -83,21 +87,31 @@ func (b *Base) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]di
 
 // ScheduleSetPaused implements dialect.Scheduler.
 func (b *Base) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePauseParams) error {
-	res, err := b.Pool.ExecContext(ctx, b.Schedule.Pause, sp.Name, sp.Paused)
+	var n int64
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		n, err = b.execCount(ctx, b.Pool, b.Schedule.Pause, sp.Name, sp.Paused)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("pause schedule %q: %w", sp.Name, b.MapErr(err))
 	}
-	return oneRow(res, "schedule "+sp.Name)
+	return someRow(n, "schedule "+sp.Name)
 }
 
 // ScheduleDelete implements dialect.Scheduler. The run history goes with it
 // (ON DELETE CASCADE).
 func (b *Base) ScheduleDelete(ctx context.Context, name string) error {
-	res, err := b.Pool.ExecContext(ctx, b.Schedule.Delete, name)
+	// Not repeated after a lost answer: a delete that did happen would then
+	// report the schedule not found.
+	var n int64
+	err := b.onPool(ctx, false, func(ctx context.Context) (err error) {
+		n, err = b.execCount(ctx, b.Pool, b.Schedule.Delete, name)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("delete schedule %q: %w", name, b.MapErr(err))
 	}
-	return oneRow(res, "schedule "+name)
+	return someRow(n, "schedule "+name)
 }
 
 // lockSchedule runs one of the locking reads: the schedule, then the
@@ -188,7 +202,10 @@ func (b *Base) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.Schedule
 // ScheduleNextDue implements dialect.Scheduler.
 func (b *Base) ScheduleNextDue(ctx context.Context) (time.Duration, bool, error) {
 	var next, now dialect.TimeScan
-	if err := b.Pool.QueryRowContext(ctx, b.Schedule.NextDue).Scan(&next, &now); err != nil {
+	err := b.onPool(ctx, true, func(ctx context.Context) error {
+		return b.Pool.QueryRowContext(ctx, b.Schedule.NextDue).Scan(&next, &now)
+	})
+	if err != nil {
 		return 0, false, fmt.Errorf("next due schedule: %w", b.MapErr(err))
 	}
 	if next.Time.IsZero() {
@@ -199,7 +216,11 @@ func (b *Base) ScheduleNextDue(ctx context.Context) (time.Duration, bool, error)
 
 // ScheduleRunList implements dialect.Scheduler.
 func (b *Base) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter) ([]dialect.ScheduleRun, error) {
-	out, err := dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.RunList, dialect.ScanScheduleRun, f.Name, rowLimit(f.Limit))
+	var out []dialect.ScheduleRun
+	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
+		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.RunList, dialect.ScanScheduleRun, f.Name, rowLimit(f.Limit))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, err)
 	}
@@ -211,7 +232,16 @@ func (b *Base) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter)
 // schedule and lease statement compares with.
 func (b *Base) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
 	var now dialect.TimeScan
-	if err := dialect.On(b.Pool, tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now); err != nil {
+	read := func(ctx context.Context) error {
+		return dialect.On(b.Pool, tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now)
+	}
+	var err error
+	if tx != nil {
+		err = read(ctx) // never repeated inside the caller's transaction
+	} else {
+		err = b.onPool(ctx, true, read)
+	}
+	if err != nil {
 		return time.Time{}, fmt.Errorf("read the database clock: %w", b.MapErr(err))
 	}
 	return now.Time, nil
@@ -221,12 +251,8 @@ func nullMillis(d time.Duration) sql.NullInt64 {
 	return sql.NullInt64{Int64: d.Milliseconds(), Valid: d > 0}
 }
 
-// oneRow turns "no row changed" into ErrNotFound.
-func oneRow(res sql.Result, what string) error {
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
+// someRow turns "no row changed" into ErrNotFound.
+func someRow(n int64, what string) error {
 	if n == 0 {
 		return fmt.Errorf("%s: %w", what, dialect.ErrNotFound)
 	}

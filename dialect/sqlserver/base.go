@@ -17,10 +17,10 @@ import (
 )
 
 // newBase gives sqlbase the statements of operate.go, read.go, limits.go,
-// prune.go and exclusive_lease.go and the steps SQL Server takes its own way.
-// Its schedules are still batches of its own (schedule.go), whose methods
-// shadow sqlbase's, so the fields only those use are left unset
-// (TestBaseMethodsTaken keeps the two lists apart).
+// prune.go, schedule.go and exclusive_lease.go and the steps SQL Server takes its own way.
+// Its schedules' creation, locking reads and firing are still batches of its
+// own (schedule.go), whose methods shadow sqlbase's, so the fields only those
+// use are left unset (TestBaseMethodsTaken keeps the two lists apart).
 func (d *SQLServer) newBase() sqlbase.Base {
 	return sqlbase.Base{
 		Pool:      bound{d.db},
@@ -67,6 +67,10 @@ func (d *SQLServer) newBase() sqlbase.Base {
 		Retention: sqlbase.RetentionStatements{
 			Logs: pruneLogsSQL, Workers: pruneWorkersSQL, Processes: pruneProcessesSQL, Chunk: pruneChunk,
 			Record: pruneRecordSQL, Last: pruneLastSQL,
+		},
+		Schedule: sqlbase.ScheduleStatements{
+			List: scheduleListSQL, Pause: schedulePauseSQL, Delete: scheduleDeleteSQL,
+			NextDue: scheduleNextDueSQL, RunList: scheduleRunListSQL, ClockNow: clockNowSQL,
 		},
 		Lease: sqlbase.LeaseStatements{
 			Acquire: leaseAcquireSQL,

@@ -58,7 +58,13 @@ var baseArgs = map[string][]struct {
 	"prune record": {{"pWorkerId", ""}, {"pLogsDeleted", int64(0)}, {"pWorkersDeleted", int64(0)},
 		{"pProcessesDeleted", int64(0)}, {"pRetainLogsS", int64(0)}, {"pRetainWorkersS", int64(0)},
 		{"pRetainProcessesS", int64(0)}},
-	"prune last": {},
+	"prune last":        {},
+	"schedule list":     {{"pName", ""}},
+	"schedule pause":    {{"pName", ""}, {"pPaused", false}},
+	"schedule delete":   {{"pName", ""}},
+	"schedule next due": {},
+	"schedule run list": {{"pName", ""}, {"pLimit", 0}},
+	"clock now":         {},
 }
 
 // givenStatements lists the statements newBase sets, by text (each string
@@ -175,12 +181,14 @@ func TestBindArgsRefusesAMismatch(t *testing.T) {
 }
 
 // takenFromBase are the methods SQL Server leaves to sqlbase.Base, whose
-// statements newBase sets. Every other method of Base (the schedules)
+// statements newBase sets. Every other method of Base (a schedule's creation,
+// locking reads and firing)
 // must be SQL Server's own: left to Base it would run empty statements.
 var takenFromBase = []string{
-	"LeaseList", "LimitGet", "LimitList", "LogList", "ProcessCancel", "ProcessConfigure", "ProcessDiscard",
-	"ProcessGet", "ProcessList", "ProcessRetry", "ProcessSetPaused", "PruneLast", "PruneLogs", "PruneProcesses",
-	"PruneRecord", "PruneWorkers", "TaskCancel", "TaskDiscard", "TaskList", "TaskRetry", "WorkerList",
+	"ClockNow", "LeaseList", "LimitGet", "LimitList", "LogList", "ProcessCancel", "ProcessConfigure",
+	"ProcessDiscard", "ProcessGet", "ProcessList", "ProcessRetry", "ProcessSetPaused", "PruneLast", "PruneLogs",
+	"PruneProcesses", "PruneRecord", "PruneWorkers", "ScheduleDelete", "ScheduleList", "ScheduleNextDue",
+	"ScheduleRunList", "ScheduleSetPaused", "TaskCancel", "TaskDiscard", "TaskList", "TaskRetry", "WorkerList",
 }
 
 // TestBaseMethodsTaken: the methods of sqlbase.Base that SQL Server does not

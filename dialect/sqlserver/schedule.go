@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
@@ -82,27 +81,18 @@ SELECT s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), s.[plan]
  ORDER BY s.name
 OPTION (RECOMPILE);`
 
-// ScheduleList implements dialect.Scheduler.
-func (d *SQLServer) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]dialect.ScheduleInfo, error) {
-	return listAll(ctx, d, "schedules", scheduleListSQL, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
-		*s, err = dialect.ScanSchedule(r.Scan)
-		return err
-	}, nvarchar("pName", f.Name))
-}
+// The schedule statements sqlbase runs (base.go): list, pause, delete, next due,
+// run list and the clock. A name is looked up in an nvarchar(400) local, so a
+// name longer than any schedule's is not cut into another's and matches none.
 
 // schedulePauseSQL pauses or resumes a schedule. In: name, paused. Out: rows
-// changed (SET NOCOUNT ON hides the driver's count, so the batch returns it).
+// changed.
 const schedulePauseSQL = `
 SET NOCOUNT ON;
-DECLARE @Name nvarchar(200) = @pName,
+DECLARE @Name nvarchar(400) = @pName,
         @Paused bit = @pPaused;
 UPDATE stageq.Schedules SET paused = @Paused, updated_at = SYSUTCDATETIME() WHERE name = @Name;
 SELECT @@ROWCOUNT;`
-
-// ScheduleSetPaused implements dialect.Scheduler.
-func (d *SQLServer) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePauseParams) error {
-	return d.changeSchedule(ctx, "pause", sp.Name, schedulePauseSQL, nvarchar("pName", sp.Name), bit("pPaused", sp.Paused))
-}
 
 // scheduleDeleteSQL removes a schedule and its run history. The history goes
 // first, 1,000 rows per statement, so that no single statement takes enough row
@@ -110,7 +100,7 @@ func (d *SQLServer) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePa
 // the schedule existed.
 const scheduleDeleteSQL = `
 SET NOCOUNT ON;
-DECLARE @Name nvarchar(200) = @pName,
+DECLARE @Name nvarchar(400) = @pName,
         @Id bigint,
         @Deleted int = 0;
 SELECT @Id = s.id FROM stageq.Schedules AS s WHERE s.name = @Name;
@@ -125,28 +115,6 @@ BEGIN
     SET @Deleted = @@ROWCOUNT;
 END;
 SELECT @Deleted;`
-
-// ScheduleDelete implements dialect.Scheduler.
-func (d *SQLServer) ScheduleDelete(ctx context.Context, name string) error {
-	return d.changeSchedule(ctx, "delete", name, scheduleDeleteSQL, nvarchar("pName", name))
-}
-
-// changeSchedule sends stmt, which changes the schedule called name and answers
-// how many schedule rows it changed, on the pool with retryAll: no row changed
-// means there is no such schedule. op names the command in errors.
-func (d *SQLServer) changeSchedule(ctx context.Context, op, name, stmt string, args ...any) error {
-	if err := checkLen("schedule name", name, maxName); err != nil {
-		return fmt.Errorf("%s schedule: %w", op, err)
-	}
-	n, err := d.queryCount(ctx, retryAll, stmt, args...)
-	if err != nil {
-		return fmt.Errorf("%s schedule %q: %w", op, name, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("schedule %s: %w", name, dialect.ErrNotFound)
-	}
-	return nil
-}
 
 // scheduleLockDueSQL locks, in the caller's transaction, the earliest due
 // schedule no one else holds: UPDLOCK keeps the row until the transaction ends,
@@ -323,31 +291,19 @@ func (d *SQLServer) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.Sch
 	return nil
 }
 
-// scheduleNextDueSQL is the time in ms until the earliest unpaused next_run
-// (NULL: none), by the database's clock. No parameters. A seek on IX_Schedules_Due.
+// scheduleNextDueSQL reads the earliest unpaused next_run (NULL: none) and the
+// database's clock. No parameters. A seek on IX_Schedules_Due.
 const scheduleNextDueSQL = `
 SET NOCOUNT ON;
-SELECT DATEDIFF_BIG(millisecond, SYSUTCDATETIME(), MIN(s.next_run))
+SELECT MIN(s.next_run), SYSUTCDATETIME()
   FROM stageq.Schedules AS s WITH (INDEX(IX_Schedules_Due))
  WHERE s.paused = 0;`
-
-// ScheduleNextDue implements dialect.Scheduler.
-func (d *SQLServer) ScheduleNextDue(ctx context.Context) (time.Duration, bool, error) {
-	var ms sql.NullInt64
-	err := d.retry(ctx, retryAll, func(ctx context.Context) error {
-		return d.db.QueryRowContext(ctx, scheduleNextDueSQL).Scan(&ms)
-	})
-	if err != nil {
-		return 0, false, fmt.Errorf("next due schedule: %w", mapErr(err))
-	}
-	return time.Duration(ms.Int64) * time.Millisecond, ms.Valid, nil
-}
 
 // scheduleRunListSQL reads a schedule's runs, newest first (the caller reverses
 // them). In: schedule name, row limit. Out: runs.
 const scheduleRunListSQL = `
 SET NOCOUNT ON;
-DECLARE @Name nvarchar(200) = @pName,
+DECLARE @Name nvarchar(400) = @pName,
         @Limit int = @pLimit;
 SELECT TOP (@Limit) r.scheduled_for, r.outcome, COALESCE(r.process_id, 0), r.task_count, r.worker_id, r.fired_at
   FROM stageq.ScheduleRuns AS r
@@ -355,31 +311,6 @@ SELECT TOP (@Limit) r.scheduled_for, r.outcome, COALESCE(r.process_id, 0), r.tas
  WHERE s.name = @Name
  ORDER BY r.scheduled_for DESC;`
 
-// ScheduleRunList implements dialect.Scheduler.
-func (d *SQLServer) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter) ([]dialect.ScheduleRun, error) {
-	if err := checkLen("schedule name", f.Name, maxName); err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	out, err := queryAll(ctx, d, retryAll, scheduleRunListSQL, dialect.ScanScheduleRun,
-		nvarchar("pName", f.Name), integer("pLimit", rowLimit(f.Limit)))
-	if err != nil {
-		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, err)
-	}
-	slices.Reverse(out) // newest first in the query (for its LIMIT), oldest first here
-	return out, nil
-}
-
 // clockNowSQL reads the database's clock, the one every lease and tick is judged
 // by. No parameters. Out: SYSUTCDATETIME() (UTC, 100 ns).
 const clockNowSQL = `SELECT SYSUTCDATETIME();`
-
-// ClockNow implements dialect.Scheduler.
-func (d *SQLServer) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
-	var now time.Time
-	q := dialect.On(d.db, tx)
-	run := func(ctx context.Context) error { return q.QueryRowContext(ctx, clockNowSQL).Scan(&now) }
-	if err := d.retryOn(ctx, tx, retryAll, run); err != nil {
-		return now, fmt.Errorf("read the database clock: %w", mapErr(err))
-	}
-	return now.UTC(), nil
-}

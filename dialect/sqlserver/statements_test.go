@@ -521,12 +521,11 @@ var (
 	// a call's arguments, and where the query's arguments start. Their bodies
 	// may only pass that query and those arguments on, unchanged.
 	senders = map[string]struct{ query, args int }{
-		"queryAll":       {3, 5}, // queryAll(ctx, d, mode, query, scan, args...)
-		"exec":           {2, 3}, // d.exec(ctx, mode, query, args...)
-		"queryCount":     {2, 3}, // d.queryCount(ctx, mode, query, args...)
-		"listAll":        {3, 5}, // listAll(ctx, d, what, query, scan, args...)
-		"changeSchedule": {3, 4}, // d.changeSchedule(ctx, op, name, query, args...)
-		"updateWorker":   {3, 4}, // d.updateWorker(ctx, what, id, query, args...)
+		"queryAll":     {3, 5}, // queryAll(ctx, d, mode, query, scan, args...)
+		"exec":         {2, 3}, // d.exec(ctx, mode, query, args...)
+		"queryCount":   {2, 3}, // d.queryCount(ctx, mode, query, args...)
+		"listAll":      {3, 5}, // listAll(ctx, d, what, query, scan, args...)
+		"updateWorker": {3, 4}, // d.updateWorker(ctx, what, id, query, args...)
 	}
 )
 
