@@ -5,9 +5,8 @@
 // transaction, how it re-derives a process's stage, how it takes a time) and
 // embeds it, so the loops, locks order, errors and audit rows are written once.
 //
-// The three dialects embed a Base. SQL Server's schedules are still T-SQL
-// batches of its own (dialect/sqlserver/base.go says which methods
-// it takes).
+// The three dialects embed a Base (dialect/sqlserver/base.go also names
+// Base's positional arguments after SQL Server's @p parameters).
 package sqlbase
 
 import (
@@ -54,6 +53,10 @@ type Base struct {
 	// says fn may also run again after an error that leaves its outcome unknown
 	// (a connection lost mid-request). nil runs fn once.
 	Retry func(ctx context.Context, repeatable bool, fn func(ctx context.Context) error) error
+	// TxQuerier, where set, is how statements run in a caller's transaction
+	// (nil: on the *sql.Tx itself); SQL Server names their arguments there as
+	// on its Pool.
+	TxQuerier func(*sql.Tx) dialect.Querier
 	// CountsAsRow: the statements whose result is a count of rows changed
 	// (bulk changes, cancel, prune, limit delete, lease release) answer it as
 	// their one row, instead of the driver's rows affected (SQL Server's
@@ -100,6 +103,17 @@ func (b *Base) execCount(ctx context.Context, q dialect.Querier, stmt string, ar
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// on is where a statement runs: in the caller's transaction tx, or on the pool.
+func (b *Base) on(tx *sql.Tx) dialect.Querier {
+	switch {
+	case tx == nil:
+		return b.Pool
+	case b.TxQuerier != nil:
+		return b.TxQuerier(tx)
+	}
+	return tx
 }
 
 // who is who an operator action's audit rows name.

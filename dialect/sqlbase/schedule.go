@@ -35,7 +35,8 @@ type ScheduleStatements struct {
 	// none), task count, worker.
 	Run string
 	// Advance moves next_run, fenced by the next_run read under the lock. In:
-	// schedule id, that next_run, the new one, tick, outcome, worker.
+	// schedule id, that next_run, the new one, tick, outcome, worker. Counts
+	// the rows it changed (execCount): 1, or 0 when next_run had moved.
 	Advance string
 	// Touch records a run-now tick, leaving next_run alone. In: schedule id,
 	// tick, outcome, worker.
@@ -61,7 +62,7 @@ func (b *Base) scheduleErr(what string, err error) error {
 // ScheduleCreate implements dialect.Scheduler.
 func (b *Base) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
 	var id int64
-	err := dialect.On(b.Pool, tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
+	err := b.on(tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, b.Time(sp.NextRun)).Scan(&id)
 	if err != nil {
 		return 0, b.scheduleErr(fmt.Sprintf("create schedule %q", sp.Name), err)
@@ -116,17 +117,17 @@ func (b *Base) ScheduleDelete(ctx context.Context, name string) error {
 
 // lockSchedule runs one of the locking reads: the schedule, then the
 // database's now.
-func lockSchedule(ctx context.Context, tx *sql.Tx, stmt string, args ...any) (dialect.ScheduleInfo, time.Time, error) {
+func (b *Base) lockSchedule(ctx context.Context, tx *sql.Tx, stmt string, args ...any) (dialect.ScheduleInfo, time.Time, error) {
 	var now dialect.TimeScan
 	s, err := dialect.ScanSchedule(func(dest ...any) error {
-		return tx.QueryRowContext(ctx, stmt, args...).Scan(append(dest, &now)...)
+		return b.on(tx).QueryRowContext(ctx, stmt, args...).Scan(append(dest, &now)...)
 	})
 	return s, now.Time, err
 }
 
 // ScheduleLockDue implements dialect.Scheduler.
 func (b *Base) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.ScheduleInfo, time.Time, bool, error) {
-	s, now, err := lockSchedule(ctx, tx, b.Schedule.LockDue)
+	s, now, err := b.lockSchedule(ctx, tx, b.Schedule.LockDue)
 	if errors.Is(err, sql.ErrNoRows) {
 		return s, now, false, nil
 	}
@@ -138,7 +139,7 @@ func (b *Base) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.Schedul
 
 // ScheduleLock implements dialect.Scheduler.
 func (b *Base) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (dialect.ScheduleInfo, time.Time, error) {
-	s, now, err := lockSchedule(ctx, tx, b.Schedule.Lock, name)
+	s, now, err := b.lockSchedule(ctx, tx, b.Schedule.Lock, name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return s, now, fmt.Errorf("schedule %q: %w", name, dialect.ErrNotFound)
 	}
@@ -151,7 +152,7 @@ func (b *Base) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (diale
 // ScheduleUnfinished implements dialect.Scheduler.
 func (b *Base) ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error) {
 	var exists bool
-	if err := tx.QueryRowContext(ctx, b.Schedule.Unfinished, name).Scan(&exists); err != nil {
+	if err := b.on(tx).QueryRowContext(ctx, b.Schedule.Unfinished, name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("schedule %q: unfinished runs: %w", name, b.MapErr(err))
 	}
 	return exists, nil
@@ -159,13 +160,14 @@ func (b *Base) ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) 
 
 // ScheduleFire implements dialect.Scheduler.
 func (b *Base) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.ScheduleFireParams) error {
+	q := b.on(tx)
 	tick := b.Time(fp.ScheduledFor)
 	if len(fp.TaskIDs) > 0 {
 		ids, err := b.IDs(fp.TaskIDs)
 		if err != nil {
 			return fmt.Errorf("schedule %q: task ids: %w", fp.ScheduleName, err)
 		}
-		if _, err := tx.ExecContext(ctx, b.Schedule.Tag, fp.ScheduleName, tick, ids); err != nil {
+		if _, err := q.ExecContext(ctx, b.Schedule.Tag, fp.ScheduleName, tick, ids); err != nil {
 			return fmt.Errorf("schedule %q: tag tasks: %w", fp.ScheduleName, b.MapErr(err))
 		}
 	}
@@ -173,26 +175,26 @@ func (b *Base) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.Schedule
 	if fp.ProcessID != 0 {
 		pid = sql.NullInt64{Int64: fp.ProcessID, Valid: true}
 	}
-	if _, err := tx.ExecContext(ctx, b.Schedule.Run, fp.ScheduleID, tick, fp.Outcome, pid, len(fp.TaskIDs), fp.WorkerID); err != nil {
+	if _, err := q.ExecContext(ctx, b.Schedule.Run, fp.ScheduleID, tick, fp.Outcome, pid, len(fp.TaskIDs), fp.WorkerID); err != nil {
 		if b.IsUnique(err) {
 			return fmt.Errorf("schedule %q: tick %s: %w", fp.ScheduleName, fp.ScheduledFor.Format(time.RFC3339Nano), dialect.ErrConflict)
 		}
 		return fmt.Errorf("schedule %q: record run: %w", fp.ScheduleName, b.MapErr(err))
 	}
 	if fp.Advance {
-		res, err := tx.ExecContext(ctx, b.Schedule.Advance, fp.ScheduleID, b.Time(fp.PrevNextRun), b.Time(fp.NextRun),
+		n, err := b.execCount(ctx, q, b.Schedule.Advance, fp.ScheduleID, b.Time(fp.PrevNextRun), b.Time(fp.NextRun),
 			tick, fp.Outcome, fp.WorkerID)
 		if err != nil {
 			return fmt.Errorf("schedule %q: advance: %w", fp.ScheduleName, b.MapErr(err))
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
+		if n != 1 {
 			return fmt.Errorf("schedule %q: advance from %s: %w", fp.ScheduleName, fp.PrevNextRun.Format(time.RFC3339Nano), dialect.ErrConflict)
 		}
-	} else if _, err := tx.ExecContext(ctx, b.Schedule.Touch, fp.ScheduleID, tick, fp.Outcome, fp.WorkerID); err != nil {
+	} else if _, err := q.ExecContext(ctx, b.Schedule.Touch, fp.ScheduleID, tick, fp.Outcome, fp.WorkerID); err != nil {
 		return fmt.Errorf("schedule %q: record last run: %w", fp.ScheduleName, b.MapErr(err))
 	}
 	if !fp.PruneBefore.IsZero() {
-		if _, err := tx.ExecContext(ctx, b.Schedule.PruneRuns, fp.ScheduleID, b.Time(fp.PruneBefore)); err != nil {
+		if _, err := q.ExecContext(ctx, b.Schedule.PruneRuns, fp.ScheduleID, b.Time(fp.PruneBefore)); err != nil {
 			return fmt.Errorf("schedule %q: prune run history: %w", fp.ScheduleName, b.MapErr(err))
 		}
 	}
@@ -233,7 +235,7 @@ func (b *Base) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter)
 func (b *Base) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
 	var now dialect.TimeScan
 	read := func(ctx context.Context) error {
-		return dialect.On(b.Pool, tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now)
+		return b.on(tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now)
 	}
 	var err error
 	if tx != nil {

@@ -17,10 +17,10 @@ import (
 )
 
 // newBase gives sqlbase the statements of operate.go, read.go, limits.go,
-// prune.go, schedule.go and exclusive_lease.go and the steps SQL Server takes its own way.
-// Its schedules' creation, locking reads and firing are still batches of its
-// own (schedule.go), whose methods shadow sqlbase's, so the fields only those
-// use are left unset (TestBaseMethodsTaken keeps the two lists apart).
+// prune.go, schedule.go and exclusive_lease.go and the steps SQL Server takes
+// its own way. SQL Server's own methods that shadow sqlbase's only refuse what
+// its sized columns cannot hold, then call sqlbase (TestBaseMethodsTaken lists
+// the rest).
 func (d *SQLServer) newBase() sqlbase.Base {
 	return sqlbase.Base{
 		Pool:      bound{d.db},
@@ -40,6 +40,9 @@ func (d *SQLServer) newBase() sqlbase.Base {
 		CountsAsRow: true,
 		Who:         actor,
 		PruneAge:    pruneAge,
+		IsUnique:    isUniqueViolation,
+		IDs:         scheduleIDs,
+		TxQuerier:   func(tx *sql.Tx) dialect.Querier { return bound{tx} },
 		SQL: sqlbase.Statements{
 			LockProcess:     lockProcessSQL,
 			LockProcessByID: lockProcessByIDSQL,
@@ -69,8 +72,11 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			Record: pruneRecordSQL, Last: pruneLastSQL,
 		},
 		Schedule: sqlbase.ScheduleStatements{
-			List: scheduleListSQL, Pause: schedulePauseSQL, Delete: scheduleDeleteSQL,
-			NextDue: scheduleNextDueSQL, RunList: scheduleRunListSQL, ClockNow: clockNowSQL,
+			Create: scheduleCreateSQL, List: scheduleListSQL, Pause: schedulePauseSQL, Delete: scheduleDeleteSQL,
+			LockDue: scheduleLockDueSQL, Lock: scheduleLockSQL, Unfinished: scheduleUnfinishedSQL,
+			Tag: scheduleTagSQL, Run: scheduleRunSQL, Advance: scheduleAdvanceSQL, Touch: scheduleTouchSQL,
+			PruneRuns: schedulePruneRunsSQL, NextDue: scheduleNextDueSQL, RunList: scheduleRunListSQL,
+			ClockNow: clockNowSQL,
 		},
 		Lease: sqlbase.LeaseStatements{
 			Acquire: leaseAcquireSQL,
@@ -229,6 +235,10 @@ func bindArgs(query string, args []any) ([]any, error) {
 			v = a
 		case time.Time:
 			v = civil.DateTimeOf(a.UTC())
+		case sql.NullString:
+			v = mssql.NVarCharMax(a.String) // NULL as '': the statement reads it with NULLIF
+		case sql.NullInt64:
+			v = a.Int64 // NULL as 0: the statement reads it with NULLIF
 		default:
 			return nil, fmt.Errorf("sqlserver: parameter @%s: no fixed declaration for %T", names[i], a)
 		}

@@ -65,6 +65,18 @@ var baseArgs = map[string][]struct {
 	"schedule next due": {},
 	"schedule run list": {{"pName", ""}, {"pLimit", 0}},
 	"clock now":         {},
+	"schedule create": {{"pName", ""}, {"pCron", sql.NullString{}}, {"pIntervalMs", sql.NullInt64{}}, {"pPlan", ""},
+		{"pMissed", ""}, {"pGraceMs", int64(0)}, {"pSingleton", false}, {"pPaused", false}, {"pNextRun", time.Time{}}},
+	"schedule lock due":   {},
+	"schedule lock":       {{"pName", ""}},
+	"schedule unfinished": {{"pName", ""}},
+	"schedule tag":        {{"pName", ""}, {"pScheduledFor", time.Time{}}, {"pTaskIds", ""}},
+	"schedule run": {{"pScheduleId", int64(0)}, {"pScheduledFor", time.Time{}}, {"pOutcome", ""},
+		{"pProcessId", sql.NullInt64{}}, {"pTaskCount", 0}, {"pWorkerId", ""}},
+	"schedule advance": {{"pScheduleId", int64(0)}, {"pPrevNextRun", time.Time{}}, {"pNextRun", time.Time{}},
+		{"pScheduledFor", time.Time{}}, {"pOutcome", ""}, {"pWorkerId", ""}},
+	"schedule touch":      {{"pScheduleId", int64(0)}, {"pScheduledFor", time.Time{}}, {"pOutcome", ""}, {"pWorkerId", ""}},
+	"schedule prune runs": {{"pScheduleId", int64(0)}, {"pPruneBefore", time.Time{}}},
 }
 
 // givenStatements lists the statements newBase sets, by text (each string
@@ -85,11 +97,13 @@ func givenStatements(b sqlbase.Base) map[string]bool {
 // declaredFor is the local type (declRe's first group, lower case) each Go
 // type bound declares may be copied into.
 var declaredFor = map[string]*regexp.Regexp{
-	"string":    regexp.MustCompile(`^n?varchar\(`),
-	"int":       regexp.MustCompile(`^int$`),
-	"int64":     regexp.MustCompile(`^bigint$`),
-	"bool":      regexp.MustCompile(`^bit$`),
-	"time.Time": regexp.MustCompile(`^datetime2\(`),
+	"string":         regexp.MustCompile(`^n?varchar\(`),
+	"sql.NullString": regexp.MustCompile(`^n?varchar\(`),
+	"sql.NullInt64":  regexp.MustCompile(`^bigint$`),
+	"int":            regexp.MustCompile(`^int$`),
+	"int64":          regexp.MustCompile(`^bigint$`),
+	"bool":           regexp.MustCompile(`^bit$`),
+	"time.Time":      regexp.MustCompile(`^datetime2\(`),
 }
 
 // TestBaseStatementsBind pins the contract between sqlbase and the statements
@@ -166,6 +180,10 @@ func typeName(v any) string {
 		return "bool"
 	case time.Time:
 		return "time.Time"
+	case sql.NullString:
+		return "sql.NullString"
+	case sql.NullInt64:
+		return "sql.NullInt64"
 	}
 	return "?"
 }
@@ -181,14 +199,14 @@ func TestBindArgsRefusesAMismatch(t *testing.T) {
 }
 
 // takenFromBase are the methods SQL Server leaves to sqlbase.Base, whose
-// statements newBase sets. Every other method of Base (a schedule's creation,
-// locking reads and firing)
-// must be SQL Server's own: left to Base it would run empty statements.
+// statements newBase sets. Every other method of Base is SQL Server's own,
+// which checks lengths and then calls Base.
 var takenFromBase = []string{
 	"ClockNow", "LeaseList", "LimitGet", "LimitList", "LogList", "ProcessCancel", "ProcessConfigure",
 	"ProcessDiscard", "ProcessGet", "ProcessList", "ProcessRetry", "ProcessSetPaused", "PruneLast", "PruneLogs",
-	"PruneProcesses", "PruneRecord", "PruneWorkers", "ScheduleDelete", "ScheduleList", "ScheduleNextDue",
-	"ScheduleRunList", "ScheduleSetPaused", "TaskCancel", "TaskDiscard", "TaskList", "TaskRetry", "WorkerList",
+	"PruneProcesses", "PruneRecord", "PruneWorkers", "ScheduleDelete", "ScheduleFire", "ScheduleList",
+	"ScheduleLock", "ScheduleLockDue", "ScheduleNextDue", "ScheduleRunList", "ScheduleSetPaused",
+	"ScheduleUnfinished", "TaskCancel", "TaskDiscard", "TaskList", "TaskRetry", "WorkerList",
 }
 
 // TestBaseMethodsTaken: the methods of sqlbase.Base that SQL Server does not
@@ -226,5 +244,19 @@ func TestBoundRowCarriesABindError(t *testing.T) {
 	err = bound{db}.QueryRowContext(context.Background(), "SELECT 1 -- @pOne", "a", "b").Scan(&n)
 	if err == nil || !strings.Contains(err.Error(), "given 2 arguments") {
 		t.Fatalf("Scan: %v, want the binding error", err)
+	}
+}
+
+// TestBaseStepsSet: SQL Server leaves every method of sqlbase.Base to it (or
+// calls it after a check), so every step Base may call is set.
+func TestBaseStepsSet(t *testing.T) {
+	var d SQLServer
+	rv := reflect.ValueOf(d.newBase())
+	for i := 0; i < rv.NumField(); i++ {
+		if f := rv.Field(i); f.Kind() == reflect.Func || f.Kind() == reflect.Interface {
+			if f.IsNil() {
+				t.Errorf("newBase leaves %s unset", rv.Type().Field(i).Name)
+			}
+		}
 	}
 }

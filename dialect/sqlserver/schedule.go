@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -17,9 +15,10 @@ import (
 // next_run predicate of the advance and the primary key of ScheduleRuns are two
 // more fences behind the row lock. Every time decision uses SYSUTCDATETIME().
 
-// scheduleCreateSQL inserts a schedule. In: name, cron (empty for an interval),
-// interval ms (0 for cron), plan JSON, missed policy, grace ms, singleton, paused,
-// first next_run. Out: the id. A duplicate name is error 2627 (ErrExists).
+// scheduleCreateSQL inserts a schedule. In: name, cron (NULL, sent as empty, for
+// an interval), interval ms (NULL, sent as 0, for cron), plan JSON, missed
+// policy, grace ms, singleton, paused, first next_run. Out: the id. A duplicate
+// name is error 2627 (ErrExists).
 const scheduleCreateSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(200) = @pName,
@@ -35,38 +34,18 @@ INSERT INTO stageq.Schedules (name, cron, interval_ms, [plan], missed, grace_ms,
 OUTPUT inserted.id
 VALUES (@Name, NULLIF(@Cron, N''), NULLIF(@IntervalMs, 0), @Plan, @Missed, @GraceMs, @Singleton, @Paused, @NextRun);`
 
-// ScheduleCreate implements dialect.Scheduler.
+// ScheduleCreate implements dialect.Scheduler (sqlbase, after refusing what
+// the columns cannot hold: the statement's sized locals would cut it).
 func (d *SQLServer) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
-	q := dialect.On(d.db, tx)
-	for _, c := range []struct{ field, v string }{{"schedule name", sp.Name}, {"cron", sp.Cron}} {
-		if err := checkLen(c.field, c.v, maxName); err != nil {
+	for _, c := range []struct {
+		field, v string
+		n        int
+	}{{"schedule name", sp.Name, maxName}, {"cron", sp.Cron, maxName}, {"missed policy", sp.Missed, 10}} {
+		if err := checkLen(c.field, c.v, c.n); err != nil {
 			return 0, fmt.Errorf("create schedule %q: %w", sp.Name, err)
 		}
 	}
-	if err := checkLen("missed policy", sp.Missed, 10); err != nil {
-		return 0, fmt.Errorf("create schedule %q: %w", sp.Name, err)
-	}
-	var id int64
-	run := func(ctx context.Context) error {
-		return q.QueryRowContext(ctx, scheduleCreateSQL,
-			nvarchar("pName", sp.Name),
-			nvarchar("pCron", sp.Cron),
-			bigint("pIntervalMs", sp.Interval.Milliseconds()),
-			nvarchar("pPlan", sp.Plan),
-			nvarchar("pMissed", sp.Missed),
-			bigint("pGraceMs", sp.Grace.Milliseconds()),
-			bit("pSingleton", sp.Singleton),
-			bit("pPaused", sp.Paused),
-			datetime2("pNextRun", sp.NextRun)).Scan(&id)
-	}
-	err := d.retryOn(ctx, tx, retrySafe, run)
-	if isUniqueViolation(err) {
-		return 0, fmt.Errorf("create schedule %q: %w", sp.Name, dialect.ErrExists)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("create schedule %q: %w", sp.Name, mapErr(err))
-	}
-	return id, nil
+	return d.Base.ScheduleCreate(ctx, tx, sp)
 }
 
 // scheduleListSQL reads schedules by name. In: name (empty for all). Out: schedules.
@@ -81,8 +60,7 @@ SELECT s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), s.[plan]
  ORDER BY s.name
 OPTION (RECOMPILE);`
 
-// The schedule statements sqlbase runs (base.go): list, pause, delete, next due,
-// run list and the clock. A name is looked up in an nvarchar(400) local, so a
+// The schedule statements sqlbase runs (base.go). A name is looked up in an nvarchar(400) local, so a
 // name longer than any schedule's is not cut into another's and matches none.
 
 // schedulePauseSQL pauses or resumes a schedule. In: name, paused. Out: rows
@@ -132,99 +110,47 @@ SELECT TOP (1) s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), 
  WHERE s.paused = 0 AND s.next_run <= SYSUTCDATETIME()
  ORDER BY s.next_run;`
 
-// ScheduleLockDue implements dialect.Scheduler.
-func (d *SQLServer) ScheduleLockDue(ctx context.Context, tx *sql.Tx) (dialect.ScheduleInfo, time.Time, bool, error) {
-	var now time.Time
-	s, err := dialect.ScanSchedule(func(dest ...any) error {
-		return tx.QueryRowContext(ctx, scheduleLockDueSQL).Scan(append(dest, &now)...)
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return s, now, false, nil
-	}
-	if err != nil {
-		return s, now, false, fmt.Errorf("lock due schedule: %w", mapErr(err))
-	}
-	return s, now, true, nil
-}
-
 // scheduleLockSQL locks the named schedule in the caller's transaction, waiting
 // for other holders. In: name. Out: the schedule and the database's now.
 const scheduleLockSQL = `
 SET NOCOUNT ON;
-DECLARE @Name nvarchar(200) = @pName;
+DECLARE @Name nvarchar(400) = @pName;
 SELECT s.id, s.name, COALESCE(s.cron, N''), COALESCE(s.interval_ms, 0), s.[plan], s.missed, s.grace_ms,
        s.singleton, s.paused, s.next_run, s.last_run, COALESCE(s.last_outcome, ''),
        COALESCE(s.last_worker_id, N''), s.last_fired_at, SYSUTCDATETIME()
   FROM stageq.Schedules AS s WITH (UPDLOCK, ROWLOCK)
  WHERE s.name = @Name;`
 
-// ScheduleLock implements dialect.Scheduler.
-func (d *SQLServer) ScheduleLock(ctx context.Context, tx *sql.Tx, name string) (dialect.ScheduleInfo, time.Time, error) {
-	var now time.Time
-	if err := checkLen("schedule name", name, maxName); err != nil {
-		return dialect.ScheduleInfo{}, now, fmt.Errorf("lock schedule: %w", err)
-	}
-	s, err := dialect.ScanSchedule(func(dest ...any) error {
-		return tx.QueryRowContext(ctx, scheduleLockSQL, nvarchar("pName", name)).Scan(append(dest, &now)...)
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		return s, now, fmt.Errorf("schedule %q: %w", name, dialect.ErrNotFound)
-	}
-	if err != nil {
-		return s, now, fmt.Errorf("lock schedule %q: %w", name, mapErr(err))
-	}
-	return s, now, nil
-}
-
 // scheduleUnfinishedSQL says whether a task of the schedule is still queued. In:
 // schedule name. Out: 1 or 0. A seek on IX_Tasks_Schedule, whose keys no claim or
 // lease extension changes.
 const scheduleUnfinishedSQL = `
 SET NOCOUNT ON;
-DECLARE @Name nvarchar(200) = @pName;
+DECLARE @Name nvarchar(400) = @pName;
 SELECT CASE WHEN EXISTS (SELECT 1 FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(IX_Tasks_Schedule))
                           WHERE t.schedule_name = @Name) THEN 1 ELSE 0 END;`
 
-// ScheduleUnfinished implements dialect.Scheduler.
-func (d *SQLServer) ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error) {
-	var exists bool
-	if err := tx.QueryRowContext(ctx, scheduleUnfinishedSQL, nvarchar("pName", name)).Scan(&exists); err != nil {
-		return false, fmt.Errorf("schedule %q: unfinished runs: %w", name, mapErr(err))
-	}
-	return exists, nil
-}
+// A handled tick is recorded in the caller's transaction by sqlbase's
+// ScheduleFire, with the five statements below: tag the tasks enqueued for it,
+// insert the run's audit row (its primary key refuses a second record of the
+// tick: error 2627, ErrConflict), advance next_run only if it still equals the
+// value read (or, for run-now, only note the last run), and prune old history,
+// at most 1,000 rows. None is retried: on ErrConflict (or any error) the
+// caller rolls back.
 
-// scheduleFireSQL records one handled tick in the caller's transaction: it tags
-// the tasks enqueued for it (ids as a JSON array), inserts the run's audit row
-// (its primary key refuses a second record of the tick: error 2627, ErrConflict),
-// advances next_run only if it still equals the value read (or, for run-now,
-// only notes the last run) and prunes old history, at most 1,000 rows. In:
-// schedule id and name, worker, tick, outcome, process id (0: none), task ids,
-// advance flag, next_run read, new next_run, prune flag, cut-off. Out: 1 when
-// next_run advanced (or no advance was asked), 0 when it had moved.
-const scheduleFireSQL = `
+// scheduleTagSQL tags the tasks enqueued for a tick, 1,000 per UPDATE: one
+// statement holding 5,000 locks on one index makes SQL Server try a table lock,
+// which the claims' READPAST cannot pass over. In: schedule name, tick, task
+// ids (a JSON array, whose keys are 0..n-1).
+const scheduleTagSQL = `
 SET NOCOUNT ON;
-DECLARE @ScheduleId bigint = @pScheduleId,
-        @Name nvarchar(200) = @pName,
-        @WorkerId nvarchar(200) = @pWorkerId,
+DECLARE @Name nvarchar(200) = @pName,
         @ScheduledFor datetime2(7) = @pScheduledFor,
-        @Outcome varchar(20) = @pOutcome,
-        @ProcessId bigint = @pProcessId,
         @TaskIds nvarchar(max) = @pTaskIds,
-        @Advance bit = @pAdvance,
-        @PrevNextRun datetime2(7) = @pPrevNextRun,
-        @NextRun datetime2(7) = @pNextRun,
-        @Prune bit = @pPrune,
-        @PruneBefore datetime2(7) = @pPruneBefore,
         @Count int,
-        @Advanced int = 1,
         @ChunkStart int = 0,
-        @ChunkEnd int,
-        @Now datetime2(7) = SYSUTCDATETIME();
+        @ChunkEnd int;
 SELECT @Count = COUNT(*) FROM OPENJSON(@TaskIds);
--- 1,000 tasks per UPDATE: one statement holding 5,000 locks on one index makes SQL
--- Server try a table lock, which the claims' READPAST cannot pass over. The array's
--- keys are 0..n-1.
 WHILE @ChunkStart < @Count
 BEGIN
     SET @ChunkEnd = @ChunkStart + 999;
@@ -234,61 +160,71 @@ BEGIN
      WHERE t.id IN (SELECT CONVERT(bigint, j.[value]) FROM OPENJSON(@TaskIds) AS j
                      WHERE CONVERT(int, j.[key]) BETWEEN @ChunkStart AND @ChunkEnd);
     SET @ChunkStart = @ChunkEnd + 1;
-END;
-INSERT INTO stageq.ScheduleRuns (schedule_id, scheduled_for, outcome, process_id, task_count, worker_id, fired_at)
-VALUES (@ScheduleId, @ScheduledFor, @Outcome, NULLIF(@ProcessId, 0), @Count, @WorkerId, @Now);
-IF @Advance = 1
-BEGIN
-    UPDATE stageq.Schedules
-       SET next_run = @NextRun, last_run = @ScheduledFor, last_outcome = @Outcome,
-           last_worker_id = @WorkerId, last_fired_at = @Now, updated_at = @Now
-     WHERE id = @ScheduleId AND next_run = @PrevNextRun;
-    SET @Advanced = @@ROWCOUNT;
-END
-ELSE
-    UPDATE stageq.Schedules
-       SET last_run = @ScheduledFor, last_outcome = @Outcome, last_worker_id = @WorkerId,
-           last_fired_at = @Now, updated_at = @Now
-     WHERE id = @ScheduleId;
-IF @Advanced = 1 AND @Prune = 1
-    DELETE TOP (1000) FROM stageq.ScheduleRuns WHERE schedule_id = @ScheduleId AND scheduled_for < @PruneBefore;
-SELECT @Advanced;`
+END;`
 
-// ScheduleFire implements dialect.Scheduler. It runs in the caller's transaction
-// and is never retried here: on ErrConflict (or any error) the caller rolls back.
-func (d *SQLServer) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.ScheduleFireParams) error {
-	ids := fp.TaskIDs
+// scheduleRunSQL inserts a tick's audit row. In: schedule id, tick, outcome,
+// process id (NULL, sent as 0: none), task count, worker.
+const scheduleRunSQL = `
+SET NOCOUNT ON;
+DECLARE @ScheduleId bigint = @pScheduleId,
+        @ScheduledFor datetime2(7) = @pScheduledFor,
+        @Outcome varchar(20) = @pOutcome,
+        @ProcessId bigint = @pProcessId,
+        @TaskCount int = @pTaskCount,
+        @WorkerId nvarchar(200) = @pWorkerId;
+INSERT INTO stageq.ScheduleRuns (schedule_id, scheduled_for, outcome, process_id, task_count, worker_id, fired_at)
+VALUES (@ScheduleId, @ScheduledFor, @Outcome, NULLIF(@ProcessId, 0), @TaskCount, @WorkerId, SYSUTCDATETIME());`
+
+// scheduleAdvanceSQL moves next_run, fenced by the value read under the lock.
+// In: schedule id, that next_run, the new one, tick, outcome, worker. Out: rows
+// changed (0: next_run had moved).
+const scheduleAdvanceSQL = `
+SET NOCOUNT ON;
+DECLARE @ScheduleId bigint = @pScheduleId,
+        @PrevNextRun datetime2(7) = @pPrevNextRun,
+        @NextRun datetime2(7) = @pNextRun,
+        @ScheduledFor datetime2(7) = @pScheduledFor,
+        @Outcome varchar(20) = @pOutcome,
+        @WorkerId nvarchar(200) = @pWorkerId,
+        @Now datetime2(7) = SYSUTCDATETIME();
+UPDATE stageq.Schedules
+   SET next_run = @NextRun, last_run = @ScheduledFor, last_outcome = @Outcome,
+       last_worker_id = @WorkerId, last_fired_at = @Now, updated_at = @Now
+ WHERE id = @ScheduleId AND next_run = @PrevNextRun;
+SELECT @@ROWCOUNT;`
+
+// scheduleTouchSQL notes a run-now tick, leaving next_run alone. In: schedule
+// id, tick, outcome, worker.
+const scheduleTouchSQL = `
+SET NOCOUNT ON;
+DECLARE @ScheduleId bigint = @pScheduleId,
+        @ScheduledFor datetime2(7) = @pScheduledFor,
+        @Outcome varchar(20) = @pOutcome,
+        @WorkerId nvarchar(200) = @pWorkerId,
+        @Now datetime2(7) = SYSUTCDATETIME();
+UPDATE stageq.Schedules
+   SET last_run = @ScheduledFor, last_outcome = @Outcome, last_worker_id = @WorkerId,
+       last_fired_at = @Now, updated_at = @Now
+ WHERE id = @ScheduleId;`
+
+// schedulePruneRunsSQL deletes up to 1,000 of a schedule's runs older than the
+// cut-off. In: schedule id, cut-off.
+const schedulePruneRunsSQL = `
+SET NOCOUNT ON;
+DECLARE @ScheduleId bigint = @pScheduleId,
+        @PruneBefore datetime2(7) = @pPruneBefore;
+DELETE TOP (1000) FROM stageq.ScheduleRuns WHERE schedule_id = @ScheduleId AND scheduled_for < @PruneBefore;`
+
+// scheduleIDs is a tick's task ids as scheduleTagSQL takes them: a JSON array.
+func scheduleIDs(ids []int64) (any, error) {
 	if ids == nil {
 		ids = []int64{}
 	}
-	idsJSON, err := json.Marshal(ids)
+	b, err := json.Marshal(ids)
 	if err != nil {
-		return fmt.Errorf("schedule %q: encode task ids: %w", fp.ScheduleName, err)
+		return nil, err
 	}
-	var advanced int
-	err = tx.QueryRowContext(ctx, scheduleFireSQL,
-		bigint("pScheduleId", fp.ScheduleID),
-		nvarchar("pName", fp.ScheduleName),
-		nvarchar("pWorkerId", fp.WorkerID),
-		datetime2("pScheduledFor", fp.ScheduledFor),
-		nvarchar("pOutcome", fp.Outcome),
-		bigint("pProcessId", fp.ProcessID),
-		nvarchar("pTaskIds", string(idsJSON)),
-		bit("pAdvance", fp.Advance),
-		datetime2("pPrevNextRun", fp.PrevNextRun),
-		datetime2("pNextRun", fp.NextRun),
-		bit("pPrune", !fp.PruneBefore.IsZero()),
-		datetime2("pPruneBefore", fp.PruneBefore)).Scan(&advanced)
-	if isUniqueViolation(err) {
-		return fmt.Errorf("schedule %q: tick %s: %w", fp.ScheduleName, fp.ScheduledFor.Format(time.RFC3339Nano), dialect.ErrConflict)
-	}
-	if err != nil {
-		return fmt.Errorf("schedule %q: record run: %w", fp.ScheduleName, mapErr(err))
-	}
-	if advanced != 1 {
-		return fmt.Errorf("schedule %q: advance from %s: %w", fp.ScheduleName, fp.PrevNextRun.Format(time.RFC3339Nano), dialect.ErrConflict)
-	}
-	return nil
+	return string(b), nil
 }
 
 // scheduleNextDueSQL reads the earliest unpaused next_run (NULL: none) and the

@@ -980,8 +980,8 @@ func TestTaskWritesStayBelowLockEscalation(t *testing.T) {
 		len(checkTaskWrites("SET @ChunkEnd = @ChunkStart + 4999;")) != 1 {
 		t.Fatal("the check itself is broken: an unbounded UPDATE of stageq.Tasks or a 5,000-task chunk passed")
 	}
-	if !chunkRe.MatchString(scheduleFireSQL) {
-		t.Error("schedule fire: the tasks of a tick are not stamped in chunks")
+	if !chunkRe.MatchString(scheduleTagSQL) {
+		t.Error("schedule tag: the tasks of a tick are not stamped in chunks")
 	}
 	for _, st := range statements {
 		for _, p := range checkTaskWrites(codeOnly(t, st.name, st.sql)) {
