@@ -62,8 +62,18 @@ func (b *Base) scheduleErr(what string, err error) error {
 // ScheduleCreate implements dialect.Scheduler.
 func (b *Base) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.ScheduleCreateParams) (int64, error) {
 	var id int64
-	err := b.on(tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
-		sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, b.Time(sp.NextRun)).Scan(&id)
+	create := func(ctx context.Context) error {
+		return b.on(tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
+			sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, b.Time(sp.NextRun)).Scan(&id)
+	}
+	var err error
+	if tx != nil {
+		err = create(ctx) // never repeated inside the caller's transaction
+	} else {
+		// Not repeated after a lost answer: a create that did happen would
+		// then report the name taken.
+		err = b.onPool(ctx, false, create)
+	}
 	if err != nil {
 		return 0, b.scheduleErr(fmt.Sprintf("create schedule %q", sp.Name), err)
 	}

@@ -236,9 +236,20 @@ func bindArgs(query string, args []any) ([]any, error) {
 		case time.Time:
 			v = civil.DateTimeOf(a.UTC())
 		case sql.NullString:
-			v = mssql.NVarCharMax(a.String) // NULL as '': the statement reads it with NULLIF
+			// NULL as '' (one declaration for both): the statement reads it
+			// back with NULLIF, so an empty string is NULL there too.
+			s := ""
+			if a.Valid {
+				s = a.String
+			}
+			v = mssql.NVarCharMax(s)
 		case sql.NullInt64:
-			v = a.Int64 // NULL as 0: the statement reads it with NULLIF
+			// NULL as 0, read back with NULLIF as above.
+			var n int64
+			if a.Valid {
+				n = a.Int64
+			}
+			v = n
 		default:
 			return nil, fmt.Errorf("sqlserver: parameter @%s: no fixed declaration for %T", names[i], a)
 		}

@@ -153,6 +153,13 @@ func TestBaseStatementsBind(t *testing.T) {
 				}
 			}
 			goType := typeName(a.value)
+			if strings.HasPrefix(goType, "sql.Null") {
+				// Sent as '' or 0 (bindArgs): the statement must read it back as NULL.
+				local := regexp.MustCompile(`(@\w+)\s+[^=,]+=\s*@` + a.param + `\b`).FindStringSubmatch(code)
+				if local == nil || !regexp.MustCompile(`(?i)NULLIF\(\s*`+local[1]+`\s*,`).MatchString(code) {
+					t.Errorf("%s: @%s may be NULL, sent as its zero value; read its local with NULLIF", name, a.param)
+				}
+			}
 			if re := declaredFor[goType]; re == nil || !re.MatchString(typ) {
 				t.Errorf("%s: @%s is copied into a %s local, sqlbase passes a %s", name, a.param, typ, goType)
 			}
