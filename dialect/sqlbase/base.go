@@ -105,6 +105,15 @@ func (b *Base) execCount(ctx context.Context, q dialect.Querier, stmt string, ar
 	return res.RowsAffected()
 }
 
+// inTxOrOnPool runs fn once in the caller's transaction tx (never repeated
+// there: only the caller can start it again), or on the pool as onPool does.
+func (b *Base) inTxOrOnPool(ctx context.Context, tx *sql.Tx, repeatable bool, fn func(ctx context.Context) error) error {
+	if tx != nil {
+		return fn(ctx)
+	}
+	return b.onPool(ctx, repeatable, fn)
+}
+
 // on is where a statement runs: in the caller's transaction tx, or on the pool.
 func (b *Base) on(tx *sql.Tx) dialect.Querier {
 	switch {

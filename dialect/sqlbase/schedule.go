@@ -66,15 +66,9 @@ func (b *Base) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.Schedu
 		return b.on(tx).QueryRowContext(ctx, b.Schedule.Create, sp.Name, dialect.NullString(sp.Cron), nullMillis(sp.Interval),
 			sp.Plan, sp.Missed, sp.Grace.Milliseconds(), sp.Singleton, sp.Paused, b.Time(sp.NextRun)).Scan(&id)
 	}
-	var err error
-	if tx != nil {
-		err = create(ctx) // never repeated inside the caller's transaction
-	} else {
-		// Not repeated after a lost answer: a create that did happen would
-		// then report the name taken.
-		err = b.onPool(ctx, false, create)
-	}
-	if err != nil {
+	// Not repeated after a lost answer: a create that did happen would then
+	// report the name taken.
+	if err := b.inTxOrOnPool(ctx, tx, false, create); err != nil {
 		return 0, b.scheduleErr(fmt.Sprintf("create schedule %q", sp.Name), err)
 	}
 	return id, nil
@@ -247,13 +241,7 @@ func (b *Base) ClockNow(ctx context.Context, tx *sql.Tx) (time.Time, error) {
 	read := func(ctx context.Context) error {
 		return b.on(tx).QueryRowContext(ctx, b.Schedule.ClockNow).Scan(&now)
 	}
-	var err error
-	if tx != nil {
-		err = read(ctx) // never repeated inside the caller's transaction
-	} else {
-		err = b.onPool(ctx, true, read)
-	}
-	if err != nil {
+	if err := b.inTxOrOnPool(ctx, tx, true, read); err != nil {
 		return time.Time{}, fmt.Errorf("read the database clock: %w", b.MapErr(err))
 	}
 	return now.Time, nil
