@@ -13,6 +13,27 @@ type attempt struct {
 	// claimSent is the boot clock (bootClock) when the claim that leased the
 	// task was sent; zero when this system has no such clock.
 	claimSent time.Duration
+	// claim is the same moment on the monotonic clock, for the fail-fast
+	// deadline (heartbeat.go) until a heartbeat extends the lease.
+	claim claimMark
+}
+
+// claimMark is when a claim was sent, on the monotonic clock, and how long
+// this process's atomic bodies had held the write lock by then
+// (dialect.WriteLockHolder; counted from the claim's answer instead when one
+// held it as the claim was sent: the claim ran after that hold).
+type claimMark struct {
+	sent time.Time
+	held time.Duration
+}
+
+// leaseFrom is the earliest moment a lease the claim took can have started,
+// given total, the holds of the write lock so far: the claim's sending, put
+// back by the holds since. A hold that began after the claim ran found the
+// lease valid, and its transaction gave the lease the hold's time; one that
+// began before kept the claim from running until it ended.
+func (m claimMark) leaseFrom(total time.Duration) time.Time {
+	return m.sent.Add(total - m.held)
 }
 
 // leaseHeld reports whether a's lease is certainly still held now, so that its

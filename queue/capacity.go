@@ -126,14 +126,27 @@ type bufferedTask struct {
 // slot's body is running, and the task goroutines' count is above zero.
 func (w *Worker) admit(t attempt) {
 	runCtx, cancel := context.WithCancelCause(w.taskCtx)
+	_, total := w.writeHolds()
+	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.running[dialect.TaskLease{ID: t.ID, Token: t.Token}] = cancel
+	w.running[key] = cancel
 	if w.stopping {
 		// Claimed just as shutdown began (the claim loop checked before):
 		// nothing starts any more.
 		w.handBackLocked([]dialect.ClaimedTask{t.ClaimedTask}, releasedAtShutdown)
 		return
+	}
+	if !t.claim.sent.IsZero() {
+		// A claim that answered after the fail-fast deadline of the lease it
+		// took: the task may be another worker's already, and never starts
+		// here. Otherwise that deadline holds until a heartbeat extends it.
+		if time.Since(t.claim.leaseFrom(total)) >= w.cfg.Lease-w.failFastMargin() {
+			w.handBackLocked([]dialect.ClaimedTask{t.ClaimedTask}, claimAnsweredLate)
+			return
+		}
+		w.unextended[key] = t.claim
+		signal(w.admitted)
 	}
 	if w.executing < w.cfg.Concurrency && len(w.buffered) == 0 {
 		w.executing++
@@ -265,3 +278,7 @@ func (w *Worker) handBackClaimed(got []dialect.ClaimedTask) {
 // releasedAtShutdown is the error of an attempt handed back unstarted at
 // shutdown.
 const releasedAtShutdown = "released at worker shutdown before it started"
+
+// claimAnsweredLate is the error of an attempt handed back unstarted because
+// its claim answered too late for the worker to trust the lease it took.
+const claimAnsweredLate = "released before it started: the claim answered too late to trust its lease"

@@ -20,13 +20,27 @@ const rescueBatch = 100
 // later extension lands by then, the database may hand the tasks to others, so
 // the worker stops claiming and cancels its running tasks rather than run them
 // beside a new holder. It claims again once an extension lands.
+//
+// An attempt admitted after the last good beat read the running attempts was
+// not extended by it: its lease runs from its claim, which may have been sent
+// long before that beat (its answer reached the worker late), so a second
+// deadline, claimDeadline, comes a little before the earliest such lease ends.
 func (w *Worker) heartbeatLoop(ctx context.Context, pass func()) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
-	// The margin leaves room for the cancellation to take effect before expiry.
-	margin := min(w.cfg.Heartbeat/2, w.cfg.Lease/10)
+	margin := w.failFastMargin()
 	deadline := time.NewTimer(w.cfg.Lease - margin)
 	defer deadline.Stop()
+	claimDeadline := time.NewTimer(time.Hour)
+	claimDeadline.Stop() // armed by armClaims while unextended holds attempts
+	defer claimDeadline.Stop()
+	armClaims := func() {
+		if due, ok := w.claimsDue(); ok {
+			claimDeadline.Reset(time.Until(due))
+		} else {
+			claimDeadline.Stop()
+		}
+	}
 	// A beat runs apart from this loop: while the database makes it wait (a
 	// lock, a stalled connection), the deadline must still fire on time. One
 	// beat at a time; a tick that finds one in flight is skipped.
@@ -42,14 +56,15 @@ func (w *Worker) heartbeatLoop(ctx context.Context, pass func()) {
 	// anyone, and the atomic transaction gives every lease the time it held
 	// the lock (dialect.WriteLockHolder). The deadline does the same: it waits
 	// while a hold lasts and is put back by the holds since the last good beat.
-	holder, _ := w.d.(dialect.WriteLockHolder)
-	holds := func() (bool, time.Duration) {
-		if holder == nil {
-			return false, 0
-		}
-		return holder.WriteHolds()
-	}
+	holds := w.writeHolds
 	var heldAtGood, credited time.Duration
+	lost := func() {
+		w.cfg.Metrics.leasesLost(w.heldCount())
+		if w.healthy.Swap(false) {
+			w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
+		}
+		w.cancelAll()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -63,11 +78,19 @@ func (w *Worker) heartbeatLoop(ctx context.Context, pass func()) {
 				deadline.Reset(extra)
 				continue
 			}
-			w.cfg.Metrics.leasesLost(w.heldCount())
-			if w.healthy.Swap(false) {
-				w.log.Error().Dur("lease", w.cfg.Lease).Msg("leases could not be extended in time; stopped claiming and abandoning running tasks")
+			lost()
+		case <-claimDeadline.C:
+			// While a hold lasts, nobody can rescue; after it, claimsDue
+			// counts it (claimMark.leaseFrom).
+			if holding, _ := holds(); holding {
+				claimDeadline.Reset(margin)
+			} else if due, ok := w.claimsDue(); ok && time.Now().Before(due) {
+				claimDeadline.Reset(time.Until(due))
+			} else if ok {
+				lost()
 			}
-			w.cancelAll()
+		case <-w.admitted:
+			armClaims()
 		case <-ticker.C:
 			if inFlight {
 				continue
@@ -84,6 +107,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, pass func()) {
 				if !w.healthy.Swap(true) {
 					w.log.Info().Msg("database reachable again; claiming resumes")
 				}
+				armClaims() // the beat extended those it read
 			}
 			pass()
 		}
@@ -122,6 +146,7 @@ func (w *Worker) beat(ctx context.Context) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, l := range running {
+		delete(w.unextended, l) // extended, or cancelled below
 		if cancel, still := w.running[l]; still && !holds[l] {
 			// After a missed fail-fast deadline (unhealthy until this beat
 			// returns) every attempt was cancelled and counted already.
@@ -173,9 +198,43 @@ func (w *Worker) runningLeases() []dialect.TaskLease {
 	return out
 }
 
+// failFastMargin is how long before a lease ends its fail-fast deadline
+// comes: room for the cancellation to take effect before expiry.
+func (w *Worker) failFastMargin() time.Duration {
+	return min(w.cfg.Heartbeat/2, w.cfg.Lease/10)
+}
+
+// writeHolds reports, on a database with one writer, whether this process's
+// atomic bodies hold the write lock now and how long they held it so far
+// (dialect.WriteLockHolder); elsewhere never.
+func (w *Worker) writeHolds() (bool, time.Duration) {
+	if holder, ok := w.d.(dialect.WriteLockHolder); ok {
+		return holder.WriteHolds()
+	}
+	return false, 0
+}
+
+// claimsDue is the fail-fast deadline of the attempts no beat has extended
+// yet, from their claims; false when there are none.
+func (w *Worker) claimsDue() (time.Time, bool) {
+	_, total := w.writeHolds()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var from time.Time
+	for l, m := range w.unextended {
+		if _, held := w.running[l]; !held {
+			delete(w.unextended, l) // ended
+		} else if f := m.leaseFrom(total); from.IsZero() || f.Before(from) {
+			from = f
+		}
+	}
+	return from.Add(w.cfg.Lease - w.failFastMargin()), !from.IsZero()
+}
+
 func (w *Worker) cancelAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	clear(w.unextended) // cancelled below, or handed back (the buffer)
 	// Prefetched tasks never started: handed back rather than cancelled, so
 	// that if the database answers again within half a lease they run again
 	// at once, without spending their abandon budget on a rescue.

@@ -190,6 +190,13 @@ type Worker struct {
 	claimedSinceVacuum int
 	healthy            atomic.Bool // heartbeats reach the database
 	started            atomic.Bool
+
+	// unextended holds the admitted attempts that no heartbeat has extended
+	// yet, with their claims: their leases run from those, and the fail-fast
+	// deadline must come before they end (heartbeat.go). admitted tells the
+	// heartbeat loop that it grew.
+	unextended map[dialect.TaskLease]claimMark
+	admitted   chan struct{}
 }
 
 // NewWorker prepares a worker on the client's database.
@@ -205,6 +212,9 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		running:  map[dialect.TaskLease]context.CancelCauseFunc{},
 		slotFree: make(chan struct{}, 1),
 		wake:     make(chan struct{}, 1),
+
+		unextended: map[dialect.TaskLease]claimMark{},
+		admitted:   make(chan struct{}, 1),
 	}
 	w.runners = newRunners(runnerIdle, w.runAttempt)
 	if c.migrate {
@@ -383,6 +393,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			// milliseconds), so the grace of the running tasks stays the bound.
 			cctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
 			sent, _ := bootClock()
+			holding, held := w.writeHolds()
 			stop := context.AfterFunc(ctx, func() { time.AfterFunc(min(w.cfg.ShutdownGrace, claimAfterShutdown), cancel) })
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
@@ -401,8 +412,11 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 				}
 				w.log.Error().Err(err).Msg("claim failed; backing off")
 			}
+			if holding {
+				_, held = w.writeHolds() // the claim ran after that hold
+			}
 			for _, t := range got {
-				w.admit(attempt{ClaimedTask: t, claimSent: sent})
+				w.admit(attempt{ClaimedTask: t, claimSent: sent, claim: claimMark{sent: began, held: held}})
 			}
 			claimed = len(got)
 			backlog = err == nil && claimed == free
