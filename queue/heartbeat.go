@@ -208,10 +208,16 @@ func (w *Worker) failFastMargin() time.Duration {
 // atomic bodies hold the write lock now and how long they held it so far
 // (dialect.WriteLockHolder); elsewhere never.
 func (w *Worker) writeHolds() (bool, time.Duration) {
-	if holder, ok := w.d.(dialect.WriteLockHolder); ok {
-		return holder.WriteHolds()
+	if w.holder != nil {
+		return w.holder.WriteHolds()
 	}
 	return false, 0
+}
+
+// asWriteLockHolder is d as a dialect.WriteLockHolder, or nil.
+func asWriteLockHolder(d dialect.Dialect) dialect.WriteLockHolder {
+	h, _ := d.(dialect.WriteLockHolder)
+	return h
 }
 
 // claimsDue is the fail-fast deadline of the attempts no beat has extended

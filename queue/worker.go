@@ -197,6 +197,9 @@ type Worker struct {
 	// heartbeat loop that it grew.
 	unextended map[dialect.TaskLease]claimMark
 	admitted   chan struct{}
+	// holder is d as a dialect.WriteLockHolder (nil where it is not one),
+	// asserted once: writeHolds runs on every claim and admit.
+	holder dialect.WriteLockHolder
 }
 
 // NewWorker prepares a worker on the client's database.
@@ -206,6 +209,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{
 		d:        c.d,
+		holder:   asWriteLockHolder(c.d),
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("worker", cfg.ID).Logger(),
 		handlers: map[string]Handler{},
