@@ -2,6 +2,7 @@ package dialect
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -35,4 +36,18 @@ func TasksJSON(tasks []NewTask) ([]byte, error) {
 		}
 	}
 	return json.Marshal(out)
+}
+
+// LeasesJSON encodes the leases a worker extends for a dialect whose extend
+// statement reads them as one JSON array (SQLite, SQL Server): nil encodes as
+// [], not null, so the statement always sees an array.
+func LeasesJSON(tasks []TaskLease) (string, error) {
+	if tasks == nil {
+		tasks = []TaskLease{}
+	}
+	b, err := json.Marshal(tasks)
+	if err != nil {
+		return "", fmt.Errorf("extend leases: %w", err)
+	}
+	return string(b), nil
 }

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -19,15 +18,11 @@ RETURNING id, lease_token`
 
 // TaskExtendLeases implements dialect.Dialect.
 func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
-	tasks := ep.Tasks
-	if tasks == nil {
-		tasks = []dialect.TaskLease{}
-	}
-	list, err := json.Marshal(tasks)
+	list, err := dialect.LeasesJSON(ep.Tasks)
 	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", err)
+		return nil, err
 	}
-	held, err := dialect.QueryAll(ctx, s.pool(), mapErr, extendSQL, dialect.ScanTaskLease, offset(ep.Lease), ep.WorkerID, string(list))
+	held, err := dialect.QueryAll(ctx, s.pool(), mapErr, extendSQL, dialect.ScanTaskLease, offset(ep.Lease), ep.WorkerID, list)
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}

@@ -2,7 +2,6 @@ package sqlserver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -40,18 +39,14 @@ func (d *SQLServer) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParam
 	if leaseMs < 1 || leaseMs > 1<<31-1 {
 		return nil, fmt.Errorf("extend leases: %w: lease must be between 1 ms and 24 days, got %s", dialect.ErrInvalid, ep.Lease)
 	}
-	tasks := ep.Tasks
-	if tasks == nil {
-		tasks = []dialect.TaskLease{}
-	}
-	list, err := json.Marshal(tasks)
+	list, err := dialect.LeasesJSON(ep.Tasks)
 	if err != nil {
-		return nil, fmt.Errorf("extend leases: %w", err)
+		return nil, err
 	}
 	held, err := queryAll(ctx, d, retryAll, extendSQL, dialect.ScanTaskLease,
 		nvarchar("pWorkerId", ep.WorkerID),
 		integer("pLeaseMs", int32(leaseMs)),
-		nvarchar("pTasks", string(list)))
+		nvarchar("pTasks", list))
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}

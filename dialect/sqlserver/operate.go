@@ -54,23 +54,33 @@ DECLARE @Pid bigint = @pProcessId,
         @Paused bit = @pPaused;
 UPDATE stageq.Processes SET paused = @Paused, updated_at = SYSUTCDATETIME() WHERE id = @Pid;`
 
-// auditFailedSQL writes a Logs row per failed task of a process, 1,000 rows
-// per statement in task id order. In: process id, who, outcome, note.
-const auditFailedSQL = `
+// auditLocals begins the statements that write operator audit rows for a
+// process (audit failed, cancel): the process and the audit row's who,
+// outcome, note and time. It leaves the DECLARE list open for the statement's
+// own locals.
+const auditLocals = `
 SET NOCOUNT ON;
 DECLARE @Pid bigint = @pProcessId,
         @Who nvarchar(200) = @pWho,
         @Outcome varchar(20) = @pOutcome,
         @Note nvarchar(max) = @pNote,
-        @Now datetime2(7) = SYSUTCDATETIME(),
+        @Now datetime2(7) = SYSUTCDATETIME(),`
+
+// auditLogsInsert is the column list of an operator's Logs row: the task as it
+// was, with who did it as its worker, lease token 0 and no duration.
+const auditLogsInsert = `INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
+                             attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
+                             schedule_name, scheduled_for)`
+
+// auditFailedSQL writes a Logs row per failed task of a process, 1,000 rows
+// per statement in task id order. In: process id, who, outcome, note.
+const auditFailedSQL = auditLocals + `
         @After bigint = 0,
         @Batch int = 1000;
 DECLARE @Written TABLE (task_id bigint NOT NULL PRIMARY KEY);
 WHILE @Batch = 1000
 BEGIN
-    INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
-                             attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
-                             schedule_name, scheduled_for)
+    ` + auditLogsInsert + `
     OUTPUT inserted.task_id INTO @Written (task_id)
     SELECT TOP (1000) t.id, t.process_id, t.process_name, t.execution_order, t.kind, t.body, @Who,
            t.attempt, 0, @Now, @Now, 0, @Outcome, @Note, t.schedule_name, t.scheduled_for
@@ -81,6 +91,16 @@ BEGIN
     SELECT @After = COALESCE(MAX(w.task_id), @After) FROM @Written AS w;
     DELETE FROM @Written;
 END;`
+
+// batchLoopEnd closes a WHILE @Batch = 1000 loop whose statement changes at
+// most 1,000 rows (below the 5,000 locks at which SQL Server attempts lock
+// escalation): it counts the rows into @Rows, stops after a short batch and
+// answers the total.
+const batchLoopEnd = `
+    SET @Batch = @@ROWCOUNT;
+    SET @Rows = @Rows + @Batch;
+END;
+SELECT @Rows;`
 
 // retryProcessSQL puts every failed task of a process back, blocked, with fresh
 // attempts and a fresh abandon budget. In: process id. Out: tasks changed.
@@ -95,11 +115,7 @@ BEGIN
     UPDATE TOP (1000) t
        SET state = 'blocked', attempt = 0, abandons = 0, run_at = @Now
       FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
-     WHERE t.process_id = @Pid AND t.state = 'failed';
-    SET @Batch = @@ROWCOUNT;
-    SET @Rows = @Rows + @Batch;
-END;
-SELECT @Rows;`
+     WHERE t.process_id = @Pid AND t.state = 'failed';` + batchLoopEnd
 
 // discardProcessSQL removes every failed task of a process. In: process id.
 // Out: tasks removed.
@@ -112,22 +128,12 @@ WHILE @Batch = 1000
 BEGIN
     DELETE TOP (1000) t
       FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(IX_Tasks_Failed))
-     WHERE t.process_id = @Pid AND t.state = 'failed';
-    SET @Batch = @@ROWCOUNT;
-    SET @Rows = @Rows + @Batch;
-END;
-SELECT @Rows;`
+     WHERE t.process_id = @Pid AND t.state = 'failed';` + batchLoopEnd
 
 // cancelProcessSQL removes every task of a process that is not running, and
 // writes each one's Logs row from the DELETE's OUTPUT (the task as it was,
 // attempt included). In: process id, who, outcome, note. Out: tasks removed.
-const cancelProcessSQL = `
-SET NOCOUNT ON;
-DECLARE @Pid bigint = @pProcessId,
-        @Who nvarchar(200) = @pWho,
-        @Outcome varchar(20) = @pOutcome,
-        @Note nvarchar(max) = @pNote,
-        @Now datetime2(7) = SYSUTCDATETIME(),
+const cancelProcessSQL = auditLocals + `
         @Batch int = 1000,
         @Rows int = 0;
 DECLARE @Changed TABLE (
@@ -145,9 +151,7 @@ BEGIN
      WHERE t.process_id = @Pid AND t.state IN ('blocked', 'scheduled', 'available', 'failed');
     SET @Batch = @@ROWCOUNT;
     SET @Rows = @Rows + @Batch;
-    INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
-                             attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
-                             schedule_name, scheduled_for)
+    ` + auditLogsInsert + `
     SELECT c.id, c.process_id, c.process_name, c.execution_order, c.kind, c.body, @Who,
            c.attempt, 0, @Now, @Now, 0, @Outcome, @Note, c.schedule_name, c.scheduled_for
       FROM @Changed AS c;
@@ -187,9 +191,7 @@ DECLARE @TaskId bigint = @pTaskId,
         @Outcome varchar(20) = @pOutcome,
         @Note nvarchar(max) = @pNote,
         @Now datetime2(7) = SYSUTCDATETIME();
-INSERT INTO stageq.Logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
-                         attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
-                         schedule_name, scheduled_for)
+` + auditLogsInsert + `
 SELECT t.id, t.process_id, t.process_name, t.execution_order, t.kind, t.body, @Who,
        t.attempt, 0, @Now, @Now, 0, @Outcome, @Note, t.schedule_name, t.scheduled_for
   FROM stageq.Tasks AS t WITH (READCOMMITTEDLOCK, INDEX(PK_Tasks))
@@ -237,14 +239,10 @@ func (d *SQLServer) openStage(ctx context.Context, q dialect.Querier, id int64) 
 	return nil
 }
 
-// configureSQL applies new scheduling settings to a locked process
-// (stageq.Configure: a new priority reaches the waiting tasks' copy of it, a
-// new weight re-spaces their turns; max_parallel 0 removes the cap). Each
-// setting changes only when its flag is set. In: process id, then each
-// setting and its flag.
-const configureSQL = `
-SET NOCOUNT ON;
-DECLARE @Pid bigint = @pProcessId,
+// processSettingsLocals ends the DECLARE list of a statement that takes a
+// process's settings (configure, submit): each setting and its flag, the
+// setting turned to NULL ("leave it") when its flag is 0.
+const processSettingsLocals = `
         @Priority int = @pPriority,
         @SetPriority bit = @pSetPriority,
         @Weight int = @pWeight,
@@ -253,7 +251,16 @@ DECLARE @Pid bigint = @pProcessId,
         @SetMaxParallel bit = @pSetMaxParallel;
 IF @SetPriority = 0 SET @Priority = NULL;
 IF @SetWeight = 0 SET @Weight = NULL;
-IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
+IF @SetMaxParallel = 0 SET @MaxParallel = NULL;`
+
+// configureSQL applies new scheduling settings to a locked process
+// (stageq.Configure: a new priority reaches the waiting tasks' copy of it, a
+// new weight re-spaces their turns; max_parallel 0 removes the cap). Each
+// setting changes only when its flag is set. In: process id, then each
+// setting and its flag.
+const configureSQL = `
+SET NOCOUNT ON;
+DECLARE @Pid bigint = @pProcessId,` + processSettingsLocals + `
 EXEC stageq_routines.Configure @ProcessId = @Pid, @Priority = @Priority, @Weight = @Weight,
      @MaxParallel = @MaxParallel;`
 

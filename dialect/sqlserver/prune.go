@@ -51,17 +51,11 @@ var _ dialect.Pruner = (*SQLServer)(nil)
 // https://learn.microsoft.com/sql/t-sql/functions/dateadd-transact-sql
 // https://learn.microsoft.com/sql/t-sql/functions/rowcount-transact-sql
 
-// pruneLogsSQL deletes up to @Batch Logs rows of attempts that started before the
-// cut-off and are not running, oldest first. In: age in milliseconds, batch size
-// (1..1000). Out: rows deleted.
-//
-// Locks: the subselect seeks IX_Logs_Started up to the cut-off and takes an update
-// lock on each row it returns (its IX_Logs_Started key and, through the key
-// lookup for outcome, its clustered key), skipping rows held elsewhere; the DELETE
-// reaches those rows by clustered key (FORCESEEK) and removes them from the four
-// indexes of Logs. Old rows are touched by nobody else; the waits left are index
-// keys of recent rows next to them, bounded by LOCK_TIMEOUT.
-const pruneLogsSQL = `
+// prunePrologue begins every prune statement: the session settings of the
+// header above, the checked arguments (age in milliseconds, batch size) and
+// @Cutoff, the database's now minus the age. It declares @Deleted, which each
+// statement sets and returns.
+const prunePrologue = `
 SET NOCOUNT ON;
 SET XACT_ABORT ON;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -73,7 +67,27 @@ DECLARE @AgeMs bigint = @pAgeMs,
 IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
     THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
 DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
-                                       DATEADD(second, -CONVERT(int, @AgeMs / 1000), SYSUTCDATETIME()));
+                                       DATEADD(second, -CONVERT(int, @AgeMs / 1000), SYSUTCDATETIME()));`
+
+// pruneDeleteGone ends the two-step prunes (workers, processes) after their
+// DELETE of the rows in @Gone: it commits and answers the count.
+const pruneDeleteGone = `
+    SET @Deleted = @@ROWCOUNT;
+    COMMIT TRANSACTION;
+END;
+SELECT @Deleted;`
+
+// pruneLogsSQL deletes up to @Batch Logs rows of attempts that started before the
+// cut-off and are not running, oldest first. In: age in milliseconds, batch size
+// (1..1000). Out: rows deleted.
+//
+// Locks: the subselect seeks IX_Logs_Started up to the cut-off and takes an update
+// lock on each row it returns (its IX_Logs_Started key and, through the key
+// lookup for outcome, its clustered key), skipping rows held elsewhere; the DELETE
+// reaches those rows by clustered key (FORCESEEK) and removes them from the four
+// indexes of Logs. Old rows are touched by nobody else; the waits left are index
+// keys of recent rows next to them, bounded by LOCK_TIMEOUT.
+const pruneLogsSQL = prunePrologue + `
 BEGIN TRANSACTION;
 DELETE l
   FROM stageq.Logs AS l WITH (ROWLOCK, FORCESEEK)
@@ -98,19 +112,7 @@ SELECT @Deleted;`
 // locking read of IX_Tasks_Running (waits only for a claim or completion in
 // flight). As on PostgreSQL, a claim does not lock the worker's row; a worker
 // silent for the whole retention does not claim.
-const pruneWorkersSQL = `
-SET NOCOUNT ON;
-SET XACT_ABORT ON;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SET DEADLOCK_PRIORITY LOW;
-SET LOCK_TIMEOUT 1000;
-DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch,
-        @Deleted int = 0;
-IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
-    THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
-DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
-                                       DATEADD(second, -CONVERT(int, @AgeMs / 1000), SYSUTCDATETIME()));
+const pruneWorkersSQL = prunePrologue + `
 -- A table variable's columns take the database's collation unless told: the ids
 -- compare with Workers.id, so they carry its binary collation.
 DECLARE @Cand TABLE (id nvarchar(200) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY);
@@ -134,11 +136,7 @@ BEGIN
                         WHERE t.worker_id = w.id AND t.state = 'running');
     DELETE w
       FROM stageq.Workers AS w WITH (ROWLOCK, FORCESEEK)
-      JOIN @Gone AS g ON g.id = w.id;
-    SET @Deleted = @@ROWCOUNT;
-    COMMIT TRANSACTION;
-END;
-SELECT @Deleted;`
+      JOIN @Gone AS g ON g.id = w.id;` + pruneDeleteGone
 
 // pruneProcessesSQL deletes up to @Batch processes that finished (succeeded or
 // cancelled) before the cut-off and have no task left, never "default". In: age
@@ -159,19 +157,7 @@ SELECT @Deleted;`
 // deadlock monitor, the pruner rolled back either way). Logs and
 // ScheduleRuns keep their rows of a deleted process (no foreign key), as on
 // PostgreSQL.
-const pruneProcessesSQL = `
-SET NOCOUNT ON;
-SET XACT_ABORT ON;
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-SET DEADLOCK_PRIORITY LOW;
-SET LOCK_TIMEOUT 1000;
-DECLARE @AgeMs bigint = @pAgeMs,
-        @Batch int = @pBatch,
-        @Deleted int = 0;
-IF @Batch < 1 OR @Batch > 1000 OR @AgeMs < 1 OR @AgeMs / 1000 > 2147483647
-    THROW 50007, N'stageq: a prune batch is 1 to 1000 rows, its age 1 ms to 68 years', 1;
-DECLARE @Cutoff datetime2(7) = DATEADD(millisecond, -CONVERT(int, @AgeMs % 1000),
-                                       DATEADD(second, -CONVERT(int, @AgeMs / 1000), SYSUTCDATETIME()));
+const pruneProcessesSQL = prunePrologue + `
 DECLARE @Cand TABLE (id bigint NOT NULL PRIMARY KEY);
 DECLARE @Gone TABLE (id bigint NOT NULL PRIMARY KEY);
 INSERT INTO @Cand (id)
@@ -193,11 +179,7 @@ BEGIN
                         WHERE t.process_id = p.id);
     DELETE p
       FROM stageq.Processes AS p WITH (ROWLOCK, FORCESEEK)
-      JOIN @Gone AS g ON g.id = p.id;
-    SET @Deleted = @@ROWCOUNT;
-    COMMIT TRANSACTION;
-END;
-SELECT @Deleted;`
+      JOIN @Gone AS g ON g.id = p.id;` + pruneDeleteGone
 
 // pruneRecordSQL stores the latest pass in the single row of stageq.PruneStatus
 // (id 1). In: worker id, rows deleted per kind, retention per kind in seconds.

@@ -593,7 +593,12 @@ func decls(files []*ast.File) []ast.Decl {
 func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 	fset, files := parsePackage(t)
 
-	consts := map[string]*ast.BasicLit{}
+	// consts maps each *SQL constant to its text. A statement may be written as
+	// a concatenation of string literals and of unexported fragment constants
+	// (a name not ending in SQL: a prologue several statements share), which Go
+	// joins at compile time; nothing else is allowed.
+	consts := map[string]string{}
+	specs := map[string]ast.Expr{}
 	for _, decl := range decls(files) {
 		gd, ok := decl.(*ast.GenDecl)
 		if !ok || gd.Tok != token.CONST {
@@ -602,27 +607,55 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 		for _, spec := range gd.Specs {
 			vs := spec.(*ast.ValueSpec)
 			for i, name := range vs.Names {
-				if !strings.HasSuffix(name.Name, "SQL") {
-					continue
+				if i < len(vs.Values) {
+					specs[name.Name] = vs.Values[i]
 				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					t.Errorf("%s: const %s must be a single string literal, not an expression", fset.Position(name.Pos()), name.Name)
-					continue
-				}
-				consts[name.Name] = lit
 			}
 		}
 	}
+	var textOf func(e ast.Expr) (string, bool)
+	textOf = func(e ast.Expr) (string, bool) {
+		switch e := e.(type) {
+		case *ast.BasicLit:
+			if e.Kind != token.STRING {
+				return "", false
+			}
+			v, err := strconv.Unquote(e.Value)
+			return v, err == nil
+		case *ast.ParenExpr:
+			return textOf(e.X)
+		case *ast.Ident:
+			if strings.HasSuffix(e.Name, "SQL") || specs[e.Name] == nil {
+				return "", false // a statement is never part of another
+			}
+			return textOf(specs[e.Name])
+		case *ast.BinaryExpr:
+			if e.Op != token.ADD {
+				return "", false
+			}
+			x, ok := textOf(e.X)
+			y, ok2 := textOf(e.Y)
+			return x + y, ok && ok2
+		}
+		return "", false
+	}
+	for name, expr := range specs {
+		if !strings.HasSuffix(name, "SQL") {
+			continue
+		}
+		v, ok := textOf(expr)
+		if !ok {
+			t.Errorf("%s: const %s must be string literals and fragment constants joined by +", fset.Position(expr.Pos()), name)
+			continue
+		}
+		consts[name] = v
+	}
+	known := func(name string) bool { _, ok := consts[name]; return ok }
 	registered := map[string]statement{}
 	for _, st := range statements {
 		registered[st.sql] = st
 	}
-	for name, lit := range consts {
-		v, err := strconv.Unquote(lit.Value)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+	for name, v := range consts {
 		if _, ok := registered[v]; !ok {
 			t.Errorf("const %s is not listed in statements.go", name)
 		}
@@ -656,12 +689,12 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 			}
 		}
 		id, ok := query.(*ast.Ident)
-		if !ok || consts[id.Name] == nil {
+		if _, known := consts[id.Name]; !ok || !known {
 			t.Errorf("%s: %s must be given a *SQL constant, got %T", pos, fn, orig)
 			return
 		}
 		called[id.Name] = true
-		sqlText, _ := strconv.Unquote(consts[id.Name].Value)
+		sqlText := consts[id.Name]
 		st := registered[sqlText]
 		var passed []string
 		for _, a := range args {
@@ -695,7 +728,7 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 			// The statements sqlbase sends (by position, named by bound):
 			// TestBaseStatementsBind checks their parameters.
 			ast.Inspect(inFunc.Body, func(n ast.Node) bool {
-				if id, ok := n.(*ast.Ident); ok && consts[id.Name] != nil {
+				if id, ok := n.(*ast.Ident); ok && known(id.Name) {
 					called[id.Name] = true
 				}
 				return true
@@ -709,7 +742,7 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 			case *ast.BinaryExpr:
 				if n.Op == token.ADD {
 					for _, side := range []ast.Expr{n.X, n.Y} {
-						if id, ok := side.(*ast.Ident); ok && consts[id.Name] != nil {
+						if id, ok := side.(*ast.Ident); ok && known(id.Name) {
 							t.Errorf("%s: SQL constant %s used in a concatenation", fset.Position(n.Pos()), id.Name)
 						}
 					}
@@ -769,7 +802,7 @@ func TestGoSendsOnlyRegisteredConstants(t *testing.T) {
 		}
 		found := false
 		for name := range called {
-			if v, _ := strconv.Unquote(consts[name].Value); v == st.sql {
+			if consts[name] == st.sql {
 				found = true
 			}
 		}

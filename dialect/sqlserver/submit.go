@@ -17,16 +17,7 @@ import (
 const submitSQL = `
 SET NOCOUNT ON;
 DECLARE @Process nvarchar(400) = @pProcess,
-        @Tasks nvarchar(max) = @pTasks,
-        @Priority int = @pPriority,
-        @SetPriority bit = @pSetPriority,
-        @Weight int = @pWeight,
-        @SetWeight bit = @pSetWeight,
-        @MaxParallel int = @pMaxParallel,
-        @SetMaxParallel bit = @pSetMaxParallel;
-IF @SetPriority = 0 SET @Priority = NULL;
-IF @SetWeight = 0 SET @Weight = NULL;
-IF @SetMaxParallel = 0 SET @MaxParallel = NULL;
+        @Tasks nvarchar(max) = @pTasks,` + processSettingsLocals + `
 EXEC stageq_routines.Submit @Process = @Process, @Tasks = @Tasks, @Priority = @Priority,
      @Weight = @Weight, @MaxParallel = @MaxParallel;`
 
