@@ -109,15 +109,7 @@ func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) 
 
 // LeaseList implements dialect.Scheduler.
 func (b *Base) LeaseList(ctx context.Context, f dialect.LeaseFilter) ([]dialect.LeaseInfo, error) {
-	var out []dialect.LeaseInfo
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Lease.List, dialect.ScanLeaseInfo, f.Name, f.HeldOnly)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
-	return out, nil
+	return list(ctx, b, "leases", b.Lease.List, dialect.ScanLeaseInfo, f.Name, f.HeldOnly)
 }
 
 // leaseRun runs one lease change on the pool (through Retry; repeatable as

@@ -53,15 +53,7 @@ func (b *Base) LimitList(ctx context.Context) ([]dialect.LimitInfo, error) {
 }
 
 func (b *Base) limitList(ctx context.Context, key string) ([]dialect.LimitInfo, error) {
-	var out []dialect.LimitInfo
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Limits.List, dialect.ScanLimitInfo, key)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list limits: %w", err)
-	}
-	return out, nil
+	return list(ctx, b, "limits", b.Limits.List, dialect.ScanLimitInfo, key)
 }
 
 // LimitDelete implements dialect.Operator.
@@ -73,13 +65,7 @@ func (b *Base) LimitDelete(ctx context.Context, key string) error {
 		none := 0
 		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &none})
 	}
-	// Not repeated after a lost answer: a delete that did happen would then
-	// report the limit not found.
-	var n int64
-	err := b.onPool(ctx, false, func(ctx context.Context) (err error) {
-		n, err = b.execCount(ctx, b.Pool, b.Limits.Delete, key)
-		return err
-	})
+	n, err := b.deleteOnce(ctx, b.Limits.Delete, key)
 	if err != nil {
 		return fmt.Errorf("delete limit %q: %w", key, b.MapErr(err))
 	}

@@ -211,13 +211,5 @@ func (b *Base) ProcessList(ctx context.Context, f dialect.ProcessFilter) ([]dial
 
 // WorkerList implements dialect.Operator.
 func (b *Base) WorkerList(ctx context.Context) ([]dialect.WorkerStatus, error) {
-	var out []dialect.WorkerStatus
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.WorkerList, dialect.ScanWorkerStatus)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
-	}
-	return out, nil
+	return list(ctx, b, "workers", b.SQL.WorkerList, dialect.ScanWorkerStatus)
 }

@@ -24,30 +24,13 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 	if since.IsZero() {
 		since = time.Unix(0, 0)
 	}
-	var out []dialect.LogEntry
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.LogList, dialect.ScanLogEntry,
-			f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list logs: %w", err)
-	}
-	return out, nil
+	return list(ctx, b, "logs", b.SQL.LogList, dialect.ScanLogEntry,
+		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit))
 }
 
 // TaskList implements dialect.Dialect.
 func (b *Base) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	var out []dialect.TaskInfo
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.SQL.TaskList, dialect.ScanTaskInfo,
-			f.Process, f.State, rowLimit(f.Limit))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
-	}
-	return out, nil
+	return list(ctx, b, "tasks", b.SQL.TaskList, dialect.ScanTaskInfo, f.Process, f.State, rowLimit(f.Limit))
 }
 
 // ProcessGet implements dialect.Dialect.

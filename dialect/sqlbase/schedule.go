@@ -76,18 +76,10 @@ func (b *Base) ScheduleCreate(ctx context.Context, tx *sql.Tx, sp dialect.Schedu
 
 // ScheduleList implements dialect.Scheduler.
 func (b *Base) ScheduleList(ctx context.Context, f dialect.ScheduleFilter) ([]dialect.ScheduleInfo, error) {
-	var out []dialect.ScheduleInfo
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.List, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
-			*s, err = dialect.ScanSchedule(r.Scan)
-			return err
-		}, f.Name)
+	return list(ctx, b, "schedules", b.Schedule.List, func(r *sql.Rows, s *dialect.ScheduleInfo) (err error) {
+		*s, err = dialect.ScanSchedule(r.Scan)
 		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list schedules: %w", err)
-	}
-	return out, nil
+	}, f.Name)
 }
 
 // ScheduleSetPaused implements dialect.Scheduler.
@@ -106,13 +98,7 @@ func (b *Base) ScheduleSetPaused(ctx context.Context, sp dialect.SchedulePausePa
 // ScheduleDelete implements dialect.Scheduler. The run history goes with it
 // (ON DELETE CASCADE).
 func (b *Base) ScheduleDelete(ctx context.Context, name string) error {
-	// Not repeated after a lost answer: a delete that did happen would then
-	// report the schedule not found.
-	var n int64
-	err := b.onPool(ctx, false, func(ctx context.Context) (err error) {
-		n, err = b.execCount(ctx, b.Pool, b.Schedule.Delete, name)
-		return err
-	})
+	n, err := b.deleteOnce(ctx, b.Schedule.Delete, name)
 	if err != nil {
 		return fmt.Errorf("delete schedule %q: %w", name, b.MapErr(err))
 	}
@@ -222,13 +208,9 @@ func (b *Base) ScheduleNextDue(ctx context.Context) (time.Duration, bool, error)
 
 // ScheduleRunList implements dialect.Scheduler.
 func (b *Base) ScheduleRunList(ctx context.Context, f dialect.ScheduleRunFilter) ([]dialect.ScheduleRun, error) {
-	var out []dialect.ScheduleRun
-	err := b.onPool(ctx, true, func(ctx context.Context) (err error) {
-		out, err = dialect.QueryAll(ctx, b.Pool, b.MapErr, b.Schedule.RunList, dialect.ScanScheduleRun, f.Name, rowLimit(f.Limit))
-		return err
-	})
+	out, err := list(ctx, b, fmt.Sprintf("runs of schedule %q", f.Name), b.Schedule.RunList, dialect.ScanScheduleRun, f.Name, rowLimit(f.Limit))
 	if err != nil {
-		return nil, fmt.Errorf("list runs of schedule %q: %w", f.Name, err)
+		return nil, err
 	}
 	slices.Reverse(out) // newest first in the query (for its LIMIT), oldest first here
 	return out, nil
