@@ -187,6 +187,13 @@ func CollectTaskWait(ctx context.Context, q Querier, st WaitStatements, id int64
 	return w, nil
 }
 
+// WaitTaskCols are the columns ScanWaitTask reads but the last (the
+// database's now), as PostgreSQL and SQLite select them from tasks t joined
+// to processes p.
+const WaitTaskCols = `t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
+       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), coalesce(t.limit_key, ''),
+       p.state, p.paused, p.max_parallel, p.current_order`
+
 // ScanWaitTask reads the row of WaitStatements.Task into w.
 func ScanWaitTask(scan func(dest ...any) error, w *TaskWait) error {
 	t := &w.Task

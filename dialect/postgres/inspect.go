@@ -14,9 +14,7 @@ var _ dialect.Inspector = (*Postgres)(nil)
 // tasks_waiting, and the partial indexes of running tasks. They only read.
 var waitStatements = dialect.WaitStatements{
 	Task: `
-SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
-       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), coalesce(t.limit_key, ''),
-       p.state, p.paused, p.max_parallel, p.current_order, now()
+SELECT ` + dialect.WaitTaskCols + `, now()
   FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id
  WHERE t.id = $1`,
 	Lower: `

@@ -141,11 +141,7 @@ func (p *Postgres) DB() *sql.DB { return p.db }
 
 // BeginTx implements dialect.Dialect.
 func (p *Postgres) BeginTx(ctx context.Context) (*sql.Tx, error) {
-	tx, err := p.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", mapErr(err))
-	}
-	return tx, nil
+	return sqlbase.BeginTx(ctx, p.db, mapErr)
 }
 
 // Close implements dialect.Dialect.

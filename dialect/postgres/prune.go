@@ -37,16 +37,9 @@ DELETE FROM stageq.processes WHERE id IN (
      ORDER BY p.finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 
 	Record: `
-INSERT INTO stageq.prune_status AS s (id, worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
-                                      retain_logs_s, retain_workers_s, retain_processes_s)
+INSERT INTO stageq.prune_status AS s (id, ` + sqlbase.PruneStatusCols + `)
 VALUES (1, $1, now(), $2, $3, $4, $5, $6, $7)
-ON CONFLICT (id) DO UPDATE SET worker_id = EXCLUDED.worker_id, ran_at = EXCLUDED.ran_at,
-    logs_deleted = EXCLUDED.logs_deleted, workers_deleted = EXCLUDED.workers_deleted,
-    processes_deleted = EXCLUDED.processes_deleted, retain_logs_s = EXCLUDED.retain_logs_s,
-    retain_workers_s = EXCLUDED.retain_workers_s, retain_processes_s = EXCLUDED.retain_processes_s`,
+ON CONFLICT (id) DO UPDATE SET ` + sqlbase.PruneStatusUpsertSet,
 
-	Last: `
-SELECT worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
-       retain_logs_s, retain_workers_s, retain_processes_s
-  FROM stageq.prune_status WHERE id = 1`,
+	Last: `SELECT ` + sqlbase.PruneStatusCols + ` FROM stageq.prune_status WHERE id = 1`,
 }

@@ -2,12 +2,10 @@ package sqlite
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/migrations"
 )
 
 // TestLogsUpdatesSeekAfterAnEarlyAnalyze: SQLite plans by the statistics of
@@ -15,17 +13,8 @@ import (
 // Logs held one row, they made the planner scan Logs in each finish and each
 // rescue, however large it grew. Each Logs update by task must still seek.
 func TestLogsUpdatesSeekAfterAnEarlyAnalyze(t *testing.T) {
-	ctx := context.Background()
 	d := migrated(t)
-	for _, q := range []string{
-		`INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token)
-		 VALUES (1, 1, 'p', 100, 'sql', 'SELECT 1', 'w', 1, 1)`,
-		`ANALYZE`,
-	} {
-		if _, err := d.DB().ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	analyzedLogs(t, d.DB(), 1)
 	for name, c := range map[string]struct {
 		q    string
 		args []any
@@ -72,19 +61,4 @@ func queryPlan(t *testing.T, d dialect.Dialect, q string, args ...any) string {
 		t.Fatal(err)
 	}
 	return strings.Join(plan, "; ")
-}
-
-// migrated opens a new SQLite queue database with the schema applied.
-func migrated(t *testing.T) dialect.Dialect {
-	t.Helper()
-	ctx := context.Background()
-	d, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if _, err := migrations.Up(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	return d
 }

@@ -33,16 +33,9 @@ DELETE FROM stageq_processes WHERE id IN (
      ORDER BY p.finished_at LIMIT ?2)`,
 
 	Record: `
-INSERT INTO stageq_prune_status (id, worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
-                                 retain_logs_s, retain_workers_s, retain_processes_s)
+INSERT INTO stageq_prune_status (id, ` + sqlbase.PruneStatusCols + `)
 VALUES (1, ?1, strftime('%Y-%m-%d %H:%M:%f', 'now'), ?2, ?3, ?4, ?5, ?6, ?7)
-ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, ran_at = excluded.ran_at,
-    logs_deleted = excluded.logs_deleted, workers_deleted = excluded.workers_deleted,
-    processes_deleted = excluded.processes_deleted, retain_logs_s = excluded.retain_logs_s,
-    retain_workers_s = excluded.retain_workers_s, retain_processes_s = excluded.retain_processes_s`,
+ON CONFLICT (id) DO UPDATE SET ` + sqlbase.PruneStatusUpsertSet,
 
-	Last: `
-SELECT worker_id, ran_at, logs_deleted, workers_deleted, processes_deleted,
-       retain_logs_s, retain_workers_s, retain_processes_s
-  FROM stageq_prune_status WHERE id = 1`,
+	Last: `SELECT ` + sqlbase.PruneStatusCols + ` FROM stageq_prune_status WHERE id = 1`,
 }

@@ -128,11 +128,7 @@ func (s *SQLite) DB() *sql.DB { return s.bodies }
 
 // BeginTx implements dialect.Dialect: BEGIN IMMEDIATE, through the DSN's _txlock.
 func (s *SQLite) BeginTx(ctx context.Context) (*sql.Tx, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", mapErr(err))
-	}
-	return tx, nil
+	return sqlbase.BeginTx(ctx, s.db, mapErr)
 }
 
 // Close implements dialect.Dialect.

@@ -19,15 +19,7 @@ import (
 func TestLogUpdatesCompileOnce(t *testing.T) {
 	ctx := context.Background()
 	s := migrated(t).(*SQLite)
-	for _, q := range []string{
-		`INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token)
-		 VALUES (1, 1, 'p', 100, 'sql', 'SELECT 1', 'w', 1, 1), (2, 1, 'p', 100, 'sql', 'SELECT 1', 'w', 1, 2)`,
-		`ANALYZE`,
-	} {
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	analyzedLogs(t, s.db, 2)
 	var samples int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_stat4 WHERE idx = 'stageq_logs_task'`).Scan(&samples); err != nil {
 		t.Fatal(err)
