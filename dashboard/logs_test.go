@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -25,7 +26,7 @@ var (
 func TestLogsPaging(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
+		c := queuetest.Client(t, dsn)
 		d := c.Dialect()
 		one := 1
 		tasks := make([]stages.Task, 230)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -102,7 +103,7 @@ func freeAddr(t *testing.T) string {
 func TestWorkerMetrics(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
+		c := queuetest.Client(t, dsn)
 		d := c.Dialect()
 		ord := 1
 		one := func(process, body string, attempts int) {
@@ -184,7 +185,7 @@ func TestWorkerMetrics(t *testing.T) {
 func TestQueueMetrics(t *testing.T) {
 	eachDialect(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
+		c := queuetest.Client(t, dsn)
 		op, _ := dialect.AsOperator(c.Dialect())
 		o1, o2 := 100, 200
 		if _, err := c.Submit(ctx, stages.Plan{Process: "big", Stages: []stages.Stage{

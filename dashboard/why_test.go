@@ -11,6 +11,7 @@ import (
 	"github.com/stageq/stageq/dashboard"
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestWhyHolders(t *testing.T) {
 	eachDialect(t, func(t *testing.T, dsn string) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
+		c := queuetest.Client(t, dsn)
 		d := c.Dialect()
 		op, _ := dialect.AsOperator(d)
 		in, err := dialect.AsInspector(d)
