@@ -18,6 +18,7 @@ import (
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
 	"github.com/stageq/stageq/internal/queuetest"
+	"github.com/stageq/stageq/queue"
 )
 
 // eachDatabase runs fn on a fresh, migrated SQLite file and PostgreSQL
@@ -26,17 +27,30 @@ func eachDatabase(t *testing.T, fn func(t *testing.T, dsn string)) {
 	queuetest.EachDatabase(t, "stageq_dash", false, fn)
 }
 
-// eachDialect is eachDatabase plus SQL Server when STAGEQ_SQLSERVER_DSN names
+// eachQueue is eachDatabase for the tests that set up or read the queue
+// themselves: fn also gets a client on the database, closed when the test ends.
+func eachQueue(t *testing.T, fn func(t *testing.T, dsn string, c *queue.Client)) {
+	eachDatabase(t, withClient(fn))
+}
+
+// eachDialect is eachQueue plus SQL Server when STAGEQ_SQLSERVER_DSN names
 // one (a login that may CREATE DATABASE), for the tests of the dialects' reads.
-func eachDialect(t *testing.T, fn func(t *testing.T, dsn string)) {
-	eachDatabase(t, fn)
+func eachDialect(t *testing.T, fn func(t *testing.T, dsn string, c *queue.Client)) {
+	eachQueue(t, fn)
 	t.Run("sqlserver", func(t *testing.T) {
 		base := os.Getenv("STAGEQ_SQLSERVER_DSN")
 		if base == "" {
 			t.Skip("STAGEQ_SQLSERVER_DSN is not set: the SQL Server reads are not run")
 		}
-		fn(t, queuetest.Migrated(t, newSQLServerDB(t, base)))
+		withClient(fn)(t, queuetest.Migrated(t, newSQLServerDB(t, base)))
 	})
+}
+
+// withClient opens a client on the database fn runs on.
+func withClient(fn func(t *testing.T, dsn string, c *queue.Client)) func(t *testing.T, dsn string) {
+	return func(t *testing.T, dsn string) {
+		fn(t, dsn, queuetest.Client(t, dsn))
+	}
 }
 
 // newSQLServerDB creates a database on the server of base and drops it afterwards.
