@@ -19,6 +19,7 @@ import (
 
 	"github.com/stageq/stageq/dashboard"
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -48,7 +49,7 @@ type browser struct {
 
 func newActionServer(t *testing.T, dsn string) (*browser, *queue.Client) {
 	t.Helper()
-	c := openClient(t, dsn)
+	c := queuetest.Client(t, dsn)
 	srv, err := dashboard.New(c, dashboard.Config{Actor: "dashboard-test", Logger: zerolog.Nop(),
 		Access: dashboard.Access{User: actionUser, Password: actionPassword}})
 	if err != nil {

@@ -170,7 +170,7 @@ func confirmAction(t *testing.T, ctx context.Context, button, question string) s
 func workload(t *testing.T, dsn string) (*queue.Client, string) {
 	t.Helper()
 	ctx := context.Background()
-	c := openClient(t, dsn)
+	c := queuetest.Client(t, dsn)
 	d := c.Dialect()
 	op, _ := dialect.AsOperator(d)
 	ord := func(n int) *int { return &n }
@@ -470,7 +470,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // address without credentials is refused at start.
 func TestReadOnlyAndAccess(t *testing.T) {
 	dsn := queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db"))
-	c := openClient(t, dsn)
+	c := queuetest.Client(t, dsn)
 	ord := 1
 	if _, err := c.Submit(context.Background(), stages.Plan{Process: "p", Stages: []stages.Stage{{Order: &ord, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}); err != nil {
 		t.Fatal(err)

@@ -9,17 +9,14 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"  // "pgx" for the admin connection
 	_ "github.com/microsoft/go-mssqldb" // "sqlserver" for the admin connection
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
-	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 )
@@ -27,25 +24,33 @@ import (
 // eachDatabase runs fn on a fresh, migrated SQLite file and PostgreSQL
 // database, one after the other (a browser per run is heavy enough).
 func eachDatabase(t *testing.T, fn func(t *testing.T, dsn string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		fn(t, queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		fn(t, queuetest.Migrated(t, newPostgresDB(t)))
-	})
+	queuetest.EachDatabase(t, "stageq_dash", false, fn)
 }
 
-// eachDialect is eachDatabase plus SQL Server when STAGEQ_SQLSERVER_DSN names
+// eachQueue is eachDatabase for the tests that set up or read the queue
+// themselves: fn also gets a client on the database, closed when the test ends.
+func eachQueue(t *testing.T, fn func(t *testing.T, dsn string, c *queue.Client)) {
+	eachDatabase(t, withClient(fn))
+}
+
+// eachDialect is eachQueue plus SQL Server when STAGEQ_SQLSERVER_DSN names
 // one (a login that may CREATE DATABASE), for the tests of the dialects' reads.
-func eachDialect(t *testing.T, fn func(t *testing.T, dsn string)) {
-	eachDatabase(t, fn)
+func eachDialect(t *testing.T, fn func(t *testing.T, dsn string, c *queue.Client)) {
+	eachQueue(t, fn)
 	t.Run("sqlserver", func(t *testing.T) {
 		base := os.Getenv("STAGEQ_SQLSERVER_DSN")
 		if base == "" {
 			t.Skip("STAGEQ_SQLSERVER_DSN is not set: the SQL Server reads are not run")
 		}
-		fn(t, queuetest.Migrated(t, newSQLServerDB(t, base)))
+		withClient(fn)(t, queuetest.Migrated(t, newSQLServerDB(t, base)))
 	})
+}
+
+// withClient opens a client on the database fn runs on.
+func withClient(fn func(t *testing.T, dsn string, c *queue.Client)) func(t *testing.T, dsn string) {
+	return func(t *testing.T, dsn string) {
+		fn(t, dsn, queuetest.Client(t, dsn))
+	}
 }
 
 // newSQLServerDB creates a database on the server of base and drops it afterwards.
@@ -76,21 +81,6 @@ func newSQLServerDB(t *testing.T, base string) string {
 	q.Set("database", name)
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-func newPostgresDB(t *testing.T) string {
-	t.Helper()
-	return pgtest.NewDatabase(t, "stageq_dash")
-}
-
-func openClient(t *testing.T, dsn string) *queue.Client {
-	t.Helper()
-	c, err := queue.Open(context.Background(), dsn, queue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // serve runs `queuectl serve` in-process on a free loopback port, exactly as

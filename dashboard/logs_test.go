@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -23,9 +24,8 @@ var (
 // started at the same instant (SQLite's clock has milliseconds, and one claim
 // stamps its rows alike): every row is shown exactly once, in order.
 func TestLogsPaging(t *testing.T) {
-	eachDatabase(t, func(t *testing.T, dsn string) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
 		d := c.Dialect()
 		one := 1
 		tasks := make([]stages.Task, 230)

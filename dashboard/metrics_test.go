@@ -100,9 +100,8 @@ func freeAddr(t *testing.T) string {
 // its /metrics: attempts by outcome, latencies, rescues, schedule ticks, the
 // Go runtime, and a process label capped at --metrics-processes.
 func TestWorkerMetrics(t *testing.T) {
-	eachDatabase(t, func(t *testing.T, dsn string) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
 		d := c.Dialect()
 		ord := 1
 		one := func(process, body string, attempts int) {
@@ -182,9 +181,8 @@ func TestWorkerMetrics(t *testing.T) {
 // TestQueueMetrics reads `queuectl serve`'s /metrics: tasks by process, stage
 // and state, limits, workers; processes beyond --metrics-processes summed.
 func TestQueueMetrics(t *testing.T) {
-	eachDialect(t, func(t *testing.T, dsn string) {
+	eachDialect(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
 		op, _ := dialect.AsOperator(c.Dialect())
 		o1, o2 := 100, 200
 		if _, err := c.Submit(ctx, stages.Plan{Process: "big", Stages: []stages.Stage{

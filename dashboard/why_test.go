@@ -11,6 +11,7 @@ import (
 	"github.com/stageq/stageq/dashboard"
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/internal/cli"
+	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -19,9 +20,8 @@ import (
 // busy — read from the database by each dialect's Inspector and explained the
 // same way by the dashboard and `queuectl why`.
 func TestWhyHolders(t *testing.T) {
-	eachDialect(t, func(t *testing.T, dsn string) {
+	eachDialect(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
-		c := openClient(t, dsn)
 		d := c.Dialect()
 		op, _ := dialect.AsOperator(d)
 		in, err := dialect.AsInspector(d)

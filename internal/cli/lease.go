@@ -44,12 +44,9 @@ The same holder acquiring again while its lease is live gets the same token.`,
 
 	var ttl time.Duration
 	var asJSON bool
-	acquire := &cobra.Command{
-		Use:   "acquire NAME",
-		Short: "Take a lease if it is free or already yours; print its fencing token",
-		Args:  cobra.ExactArgs(1),
-		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
-			l, err := lease.New(d, lease.Options{Holder: holder}).TryAcquire(cmd.Context(), args[0], ttl)
+	acquire := leaseNameCommand(dsn, "acquire NAME", "Take a lease if it is free or already yours; print its fencing token",
+		func(cmd *cobra.Command, name string, d dialect.Dialect) error {
+			l, err := lease.New(d, lease.Options{Holder: holder}).TryAcquire(cmd.Context(), name, ttl)
 			var held *lease.HeldError
 			switch {
 			case errors.As(err, &held):
@@ -63,48 +60,39 @@ The same holder acquiring again while its lease is live gets the same token.`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), l.Token())
 			return nil
-		}),
-	}
+		})
 	acquire.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "how long the lease lasts unless extended")
 	acquire.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of the bare token")
 
 	var token int64
 	var extendTTL time.Duration
-	extend := &cobra.Command{
-		Use:   "extend NAME --token TOKEN",
-		Short: "Push a held lease's expiry to now + --ttl; exit 1 when it was lost",
-		Args:  cobra.ExactArgs(1),
-		PreRunE: func(*cobra.Command, []string) error { // a bad flag is a usage error, before any connection
-			if extendTTL < lease.MinTTL {
-				return usageErrorf("--ttl must be at least %s, got %s", lease.MinTTL, extendTTL)
-			}
-			return nil
-		},
-		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
-			info, err := d.LeaseExtend(cmd.Context(), dialect.LeaseExtendParams{Name: args[0], Holder: holder, Token: token, TTL: extendTTL})
+	extend := leaseNameCommand(dsn, "extend NAME --token TOKEN", "Push a held lease's expiry to now + --ttl; exit 1 when it was lost",
+		func(cmd *cobra.Command, name string, d dialect.Dialect) error {
+			info, err := d.LeaseExtend(cmd.Context(), dialect.LeaseExtendParams{Name: name, Holder: holder, Token: token, TTL: extendTTL})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lease %s (token %d) extended until %s\n", args[0], token, info.ExpiresAt.UTC().Format(time.RFC3339Nano))
+			fmt.Fprintf(cmd.OutOrStdout(), "lease %s (token %d) extended until %s\n", name, token, info.ExpiresAt.UTC().Format(time.RFC3339Nano))
 			return nil
-		}),
+		})
+	extend.PreRunE = func(*cobra.Command, []string) error { // a bad flag is a usage error, before any connection
+		if extendTTL < lease.MinTTL {
+			return usageErrorf("--ttl must be at least %s, got %s", lease.MinTTL, extendTTL)
+		}
+		return nil
 	}
 	tokenFlag(extend, &token)
 	extend.Flags().DurationVar(&extendTTL, "ttl", 30*time.Second, "new lifetime from now")
 
 	var relToken int64
-	release := &cobra.Command{
-		Use:   "release NAME --token TOKEN",
-		Short: "Free a lease you hold; exit 1, changing nothing, when it was lost",
-		Args:  cobra.ExactArgs(1),
-		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
-			if err := d.LeaseRelease(cmd.Context(), dialect.LeaseReleaseParams{Name: args[0], Holder: holder, Token: relToken}); err != nil {
+	release := leaseNameCommand(dsn, "release NAME --token TOKEN", "Free a lease you hold; exit 1, changing nothing, when it was lost",
+		func(cmd *cobra.Command, name string, d dialect.Dialect) error {
+			if err := d.LeaseRelease(cmd.Context(), dialect.LeaseReleaseParams{Name: name, Holder: holder, Token: relToken}); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lease %s released\n", args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "lease %s released\n", name)
 			return nil
-		}),
-	}
+		})
 	tokenFlag(release, &relToken)
 
 	var all, listJSON bool
@@ -145,6 +133,19 @@ func withLeaseDialect(dsn *string, fn func(cmd *cobra.Command, args []string, d 
 	return withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
 		return fn(cmd, args, c.Dialect())
 	})
+}
+
+// leaseNameCommand builds a lease subcommand of one lease NAME (acquire,
+// extend, release) that runs on the queue database's dialect.
+func leaseNameCommand(dsn *string, use, short string, run func(cmd *cobra.Command, name string, d dialect.Dialect) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: withLeaseDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
+			return run(cmd, args[0], d)
+		}),
+	}
 }
 
 // tokenFlag adds the required --token of extend and release: the lease's

@@ -11,24 +11,15 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" for the admin connection
-
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/internal/queuetest"
 	"github.com/stageq/stageq/queue"
 )
 
-// qcDatabases yields a fresh, migrated SQLite file and PostgreSQL database.
+// qcDatabases yields a fresh, migrated SQLite file and PostgreSQL database,
+// both at once.
 func qcDatabases(t *testing.T, fn func(t *testing.T, dsn string)) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		fn(t, queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db")))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		fn(t, queuetest.Migrated(t, pgtest.NewDatabase(t, "stageq_cli")))
-	})
+	queuetest.EachDatabase(t, "stageq_cli", true, fn)
 }
 
 // qcDialect opens the queue database at dsn directly, to set up what the
@@ -46,12 +37,7 @@ func qcDialect(t *testing.T, dsn string) dialect.Dialect {
 // qcWorker runs a worker on the queue at dsn until the test ends.
 func qcWorker(t *testing.T, dsn string, cfg queue.WorkerConfig) {
 	t.Helper()
-	c, err := queue.Open(context.Background(), dsn, queue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	w, err := queue.NewWorker(c, cfg)
+	w, err := queue.NewWorker(queuetest.Client(t, dsn), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,8 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 		live   time.Duration
 		asJSON bool
 	)
-	list := &cobra.Command{
-		Use:   "routines",
-		Short: "List the routine versions installed, and how many live workers call each",
-		Args:  cobra.NoArgs,
-		RunE: withRoutines(dsn, func(cmd *cobra.Command, d dialect.Dialect, r dialect.Routines) error {
+	list := routinesCommand(dsn, &live, "routines", "List the routine versions installed, and how many live workers call each",
+		func(cmd *cobra.Command, d dialect.Dialect, r dialect.Routines) error {
 			vs, err := routines.List(cmd.Context(), d.DB(), r, live)
 			if err != nil {
 				return err
@@ -34,14 +31,10 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 				}
 				return fmt.Sprintf("%d\t%s\t%s\t%d\t%s", v.Version, v.Namespace, v.InstalledAt.UTC().Format(time.RFC3339), v.Workers, mine)
 			})
-		}),
-	}
+		})
 	jsonFlag(list, &asJSON)
-	prune := &cobra.Command{
-		Use:   "prune-routines",
-		Short: "Drop the routine versions no live worker calls (the newest always stays)",
-		Args:  cobra.NoArgs,
-		RunE: withRoutines(dsn, func(cmd *cobra.Command, d dialect.Dialect, r dialect.Routines) error {
+	prune := routinesCommand(dsn, &live, "prune-routines", "Drop the routine versions no live worker calls (the newest always stays)",
+		func(cmd *cobra.Command, d dialect.Dialect, r dialect.Routines) error {
 			dropped, err := routines.Prune(cmd.Context(), d.DB(), r, live)
 			if err != nil {
 				return err
@@ -54,26 +47,30 @@ func newRoutinesCommands(dsn *string) []*cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "dropped routines version %d (schema %s)\n", v, dialect.RoutineNamespace(v))
 			}
 			return nil
-		}),
-	}
-	for _, c := range []*cobra.Command{list, prune} {
-		c.Flags().DurationVar(&live, "live", 10*time.Minute,
-			"a worker that has not stopped counts as live while its last heartbeat is this recent (keep it above a third of the workers' --lease)")
-	}
+		})
 	return []*cobra.Command{list, prune}
 }
 
-// withRoutines runs fn on the database's dialect and its routines; a dialect
-// that keeps its logic in Go gets a note instead.
-func withRoutines(dsn *string, fn func(*cobra.Command, dialect.Dialect, dialect.Routines) error) func(*cobra.Command, []string) error {
-	return withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
-		r := d.Schema().Routines
-		if r == nil {
-			fmt.Fprintf(cmd.OutOrStdout(), "%s keeps its queue logic in the binary: no routines in the database\n", d.Name())
-			return nil
-		}
-		return fn(cmd, d, *r)
-	})
+// routinesCommand builds a migrate subcommand without arguments that runs fn
+// on the database's dialect and its routines (a dialect that keeps its logic
+// in Go gets a note instead), with the --live flag both of them read.
+func routinesCommand(dsn *string, live *time.Duration, use, short string, fn func(*cobra.Command, dialect.Dialect, dialect.Routines) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
+			r := d.Schema().Routines
+			if r == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s keeps its queue logic in the binary: no routines in the database\n", d.Name())
+				return nil
+			}
+			return fn(cmd, d, *r)
+		}),
+	}
+	cmd.Flags().DurationVar(live, "live", 10*time.Minute,
+		"a worker that has not stopped counts as live while its last heartbeat is this recent (keep it above a third of the workers' --lease)")
+	return cmd
 }
 
 // routinesNote names the routine version a binary calls, for dialects that
