@@ -166,28 +166,24 @@ func newPostgresDB(t *testing.T) string {
 // PostgreSQL's, a snapshot per statement, much like RCSI).
 func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 	t.Helper()
-	admin, err := sql.Open("sqlserver", base)
-	if err != nil {
-		t.Fatalf("sqlserver: %v", err)
-	}
+	admin := pgtest.Admin(t, "sqlserver", base)
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name := testDBName()
+	drop := func(name string) string {
+		if babelfish {
+			return "DROP DATABASE " + name
+		}
+		return "ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name
+	}
 	// One CREATE DATABASE at a time: Babelfish fails concurrent ones ("tuple
 	// concurrently updated", seen 2026-11-24), and they serialize on SQL
 	// Server's own locks anyway.
-	createDatabaseMu.Lock()
-	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
-	createDatabaseMu.Unlock()
-	if err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	drop := "ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name
-	if babelfish {
-		drop = "DROP DATABASE " + name
-	}
-	dropAfter(t, "sqlserver", base, drop)
+	name := func() string {
+		createDatabaseMu.Lock()
+		defer createDatabaseMu.Unlock()
+		return pgtest.CreateDatabase(ctx, t, admin, "sqlserver", base, "stageq_t", drop)
+	}()
 	if !babelfish {
 		if _, err := admin.ExecContext(ctx, "ALTER DATABASE "+name+" SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE"); err != nil {
 			t.Fatalf("database %s: READ_COMMITTED_SNAPSHOT ON: %v", name, err)
@@ -201,24 +197,6 @@ func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 }
 
 var createDatabaseMu sync.Mutex
-
-// testDBName is a fresh name for one test's database.
-func testDBName() string {
-	return fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
-}
-
-// dropAfter runs drop, the statement that drops a test's database, when the
-// test ends, on an admin connection of its own to the server of base.
-func dropAfter(t *testing.T, driver, base, drop string) {
-	t.Cleanup(func() {
-		admin, err := sql.Open(driver, base)
-		if err != nil {
-			return
-		}
-		defer admin.Close()
-		admin.Exec(drop)
-	})
-}
 
 // dsnWith returns dsn with its query parameter key set to value.
 func dsnWith(t *testing.T, dsn, key, value string) string {
