@@ -66,6 +66,34 @@ func (t *target) idleWorker(ctx context.Context, tag string, handlers map[string
 	return c, func() { stopWorker(); drop() }, nil
 }
 
+// latencyRounds runs the rounds of a latency scenario, at most rounds of them
+// and none begun after cfg.Timeout, on one idle worker with handlers
+// (idleWorker), then fills res's sample count and percentiles. Round i returns
+// its samples, and false to end the scenario (having set res's Error or
+// TimedOut). A worker that does not start is res's Error, and false.
+func (r *runner) latencyRounds(ctx context.Context, t *target, res *Result, handlers map[string]queue.Handler, rounds int,
+	round func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool)) (ran bool) {
+	c, stop, err := t.idleWorker(ctx, res.Scenario, handlers)
+	if err != nil {
+		res.Error = err.Error()
+		return false
+	}
+	defer stop()
+
+	deadline := time.Now().Add(r.cfg.Timeout)
+	var samples []time.Duration
+	for i := 0; i < rounds && time.Now().Before(deadline); i++ {
+		got, more := round(c, i, deadline)
+		samples = append(samples, got...)
+		if !more {
+			break
+		}
+	}
+	res.Samples = len(samples)
+	r.latencySummary(res, samples)
+	return true
+}
+
 // pickup measures, PickupSamples times, the time from Submit's return (the
 // enqueue has committed) to the entry of the task's handler, with one worker
 // idle in between. Both instants are this process's monotonic clock.
@@ -77,7 +105,7 @@ func (r *runner) pickup(ctx context.Context, t *target) Result {
 		at time.Time
 	}
 	entered := make(chan entry, 64)
-	c, stop, err := t.idleWorker(ctx, "pickup", map[string]queue.Handler{
+	handlers := map[string]queue.Handler{
 		kindPickup: func(_ context.Context, task *queue.Task) error {
 			at := time.Now()
 			i, _ := strconv.Atoi(task.Body)
@@ -87,53 +115,44 @@ func (r *runner) pickup(ctx context.Context, t *target) Result {
 			}
 			return nil
 		},
-	})
-	if err != nil {
-		res.Error = err.Error()
-		return res
 	}
-	defer stop()
-
-	deadline := time.Now().Add(cfg.Timeout)
-	var samples []time.Duration
 	misses := 0
 	r.cfg.progress("%s: pickup: %d samples", t.name, cfg.PickupSamples)
-	for i := 0; i < cfg.PickupSamples && time.Now().Before(deadline); i++ {
+	ran := r.latencyRounds(ctx, t, &res, handlers, cfg.PickupSamples, func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool) {
 		time.Sleep(cfg.PickupGap)
 		order := 0
 		plan := stages.Plan{Process: "pickup", Stages: []stages.Stage{{Order: &order,
 			Tasks: []stages.Task{{Kind: kindPickup, Body: strconv.Itoa(i)}}}}}
 		if _, err := c.Submit(ctx, plan); err != nil {
 			res.Error = fmt.Sprintf("submit: %v", err)
-			break
+			return nil, false
 		}
 		committed := time.Now()
 		timer := time.NewTimer(time.Until(deadline) + time.Second)
-		got := false
-		for !got {
+		defer timer.Stop()
+		for {
 			select {
 			case e := <-entered:
 				if e.i == i { // an earlier timed-out sample may arrive late
 					// The worker can start the task before Submit has returned
 					// to us (the commit is what wakes it): that is a pickup of 0.
-					samples = append(samples, max(e.at.Sub(committed), 0))
-					got = true
+					return []time.Duration{max(e.at.Sub(committed), 0)}, true
 				}
 			case <-timer.C:
 				misses++
-				got = true
+				return nil, true
 			}
 		}
-		timer.Stop()
+	})
+	if !ran {
+		return res
 	}
-	res.Samples = len(samples)
-	if len(samples) < cfg.PickupSamples {
+	if res.Samples < cfg.PickupSamples {
 		res.TimedOut = true
 	}
 	if misses > 0 {
 		res.note("%d samples never picked up in time", misses)
 	}
-	r.latencySummary(&res, samples)
 	res.note("gap %s before each task", cfg.PickupGap)
 	return res
 }
@@ -144,17 +163,9 @@ func (r *runner) pickup(ctx context.Context, t *target) Result {
 func (r *runner) handoff(ctx context.Context, t *target) Result {
 	cfg := r.cfg
 	res := Result{Dialect: t.name, Scenario: "handoff", Concurrency: 4}
-	c, stop, err := t.idleWorker(ctx, "handoff", map[string]queue.Handler{kindNoop: noopHandler})
-	if err != nil {
-		res.Error = err.Error()
-		return res
-	}
-	defer stop()
-
-	deadline := time.Now().Add(cfg.Timeout)
-	var samples []time.Duration
+	handlers := map[string]queue.Handler{kindNoop: noopHandler}
 	r.cfg.progress("%s: handoff: %d plans of 3 stages x %d tasks", t.name, cfg.HandoffPlans, cfg.HandoffWidth)
-	for i := 0; i < cfg.HandoffPlans && time.Now().Before(deadline); i++ {
+	ran := r.latencyRounds(ctx, t, &res, handlers, cfg.HandoffPlans, func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool) {
 		process := fmt.Sprintf("handoff-%d", i)
 		var plan stages.Plan
 		plan.Process = process
@@ -168,21 +179,22 @@ func (r *runner) handoff(ctx context.Context, t *target) Result {
 		}
 		if _, err := c.Submit(ctx, plan); err != nil {
 			res.Error = fmt.Sprintf("submit: %v", err)
-			break
+			return nil, false
 		}
 		if !waitSucceeded(ctx, c, process, deadline) {
 			res.TimedOut = true
-			break
+			return nil, false
 		}
 		logs, err := c.Logs(ctx, dialect.LogFilter{Process: process})
 		if err != nil {
 			res.Error = fmt.Sprintf("logs: %v", err)
-			break
+			return nil, false
 		}
-		samples = append(samples, handoffs(logs)...)
+		return handoffs(logs), true
+	})
+	if !ran {
+		return res
 	}
-	res.Samples = len(samples)
-	r.latencySummary(&res, samples)
 	res.note("%d plans x 2 handoffs, %d tasks per stage", cfg.HandoffPlans, cfg.HandoffWidth)
 	return res
 }

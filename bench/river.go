@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -75,36 +74,6 @@ type riverRun struct {
 	sum      riverSummary
 	cost     dbCost
 	timedOut bool
-}
-
-// riverBinary returns River's CLI, building it once from the bench/river module
-// unless RiverBin names one.
-func (r *runner) riverBinary(ctx context.Context) (string, error) {
-	if r.cfg.RiverBin != "" {
-		if _, err := os.Stat(r.cfg.RiverBin); err != nil {
-			return "", fmt.Errorf("river binary: %w", err)
-		}
-		return r.cfg.RiverBin, nil
-	}
-	r.riverOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stageq-bench-river-")
-		if err != nil {
-			r.riverErr = fmt.Errorf("river bin dir: %w", err)
-			return
-		}
-		r.riverDir = dir
-		mod := filepath.Join(r.cfg.SourceDir, "bench", "river")
-		r.cfg.progress("building River's CLI (github.com/riverqueue/river/cmd/river) in %s", mod)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "river"), "github.com/riverqueue/river/cmd/river")
-		cmd.Dir = mod
-		if out, err := cmd.CombinedOutput(); err != nil {
-			r.riverErr = fmt.Errorf("build River's CLI in %s: %w: %s", mod, err, lastLine(out))
-		}
-	})
-	if r.riverErr != nil {
-		return "", r.riverErr
-	}
-	return filepath.Join(r.riverDir, "river"), nil
 }
 
 // river runs River's burn-down of cfg.N jobs on a database of its own.

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/stageq/stageq/dialect"
 	_ "github.com/stageq/stageq/queue" // registers the dialects
@@ -21,13 +17,8 @@ type runner struct {
 	cfg Config
 	out io.Writer
 
-	binOnce sync.Once
-	binDir  string
-	binErr  error
-
-	riverOnce sync.Once // River's CLI, built from bench/river
-	riverDir  string
-	riverErr  error
+	stageqBin goBuild // the enqueue and worker commands, unless BinDir has them
+	riverBin  goBuild // River's CLI, built from bench/river unless RiverBin names one
 
 	pgLog    *pgLog // nil when the server log is not readable
 	pgLogWhy string
@@ -47,12 +38,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 	}
 	r := &runner{cfg: cfg, out: out}
 	defer func() {
-		if r.binDir != "" && cfg.BinDir == "" {
-			os.RemoveAll(r.binDir)
-		}
-		if r.riverDir != "" {
-			os.RemoveAll(r.riverDir)
-		}
+		r.stageqBin.remove()
+		r.riverBin.remove()
 	}()
 
 	type dial struct{ name, dsn string }
@@ -182,36 +169,6 @@ func (r *runner) emit(res Result) {
 		r.cfg.progress("%v", err)
 	}
 	r.results = append(r.results, res)
-}
-
-// binary returns the path of a stageq command (enqueue, worker), building them
-// all once from SourceDir unless BinDir has them.
-func (r *runner) binary(ctx context.Context, name string) (string, error) {
-	if r.cfg.BinDir != "" {
-		p := filepath.Join(r.cfg.BinDir, name)
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("binary %s: %w", name, err)
-		}
-		return p, nil
-	}
-	r.binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stageq-bench-bin-")
-		if err != nil {
-			r.binErr = fmt.Errorf("bin dir: %w", err)
-			return
-		}
-		r.binDir = dir
-		r.cfg.progress("building ./cmd/enqueue and ./cmd/worker from %s", r.cfg.SourceDir)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), "./cmd/enqueue", "./cmd/worker")
-		cmd.Dir = r.cfg.SourceDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			r.binErr = fmt.Errorf("go build: %w: %s", err, lastLine(out))
-		}
-	})
-	if r.binErr != nil {
-		return "", r.binErr
-	}
-	return filepath.Join(r.binDir, name), nil
 }
 
 // registered reports whether this build has the dialect's DSN scheme.

@@ -88,32 +88,57 @@ func (db *testDB) skipOnBabelfish(t *testing.T, gap string) {
 // than skipping it silently. SQL Server runs when STAGEQ_SQLSERVER_DSN is set.
 func forEachDialect(t *testing.T, fn func(t *testing.T, db *testDB)) {
 	t.Helper()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		fn(t, newTestDB(t, "sqlite://"+filepath.Join(t.TempDir(), "queue.db")))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		fn(t, newTestDB(t, newPostgresDB(t)))
-	})
-	t.Run("sqlserver", func(t *testing.T) {
-		base := os.Getenv("STAGEQ_SQLSERVER_DSN")
-		if base == "" {
-			t.Skip("STAGEQ_SQLSERVER_DSN is not set: SQL Server conformance not run")
-		}
-		t.Parallel()
-		babelfish := sqlServerIsBabelfish(t, base)
-		if babelfish && !babelfishRuns(t) {
-			t.Skip("Babelfish, not SQL Server: migration 2 needs sys.sp_sequence_get_range (G9) and an updatable CTE (G10), " +
-				"which it lacks, and FinishMany's hand-backs and the lease upsert hit its gap G2 " +
-				"(UPDATE ... OUTPUT ... INTO @t FROM ... AS t); docs/sqlserver.md, Babelfish. " +
-				"STAGEQ_BABELFISH_ALL=1 runs it anyway (with those worked around locally)")
-		}
-		dsn := newSQLServerDB(t, base, babelfish)
-		db := newTestDB(t, dsn)
-		db.Babelfish = babelfish
-		fn(t, db)
-	})
+	forEachDialectBut(t, "", "", fn)
+}
+
+// forEachDialectBut is forEachDialect for a test that cannot run on the
+// dialect named but: that one is skipped, saying why, before a database is
+// made for it.
+func forEachDialectBut(t *testing.T, but, why string, fn func(t *testing.T, db *testDB)) {
+	t.Helper()
+	dialects := []struct {
+		name string
+		open func(t *testing.T) *testDB // the test's database, or a skip
+	}{
+		{"sqlite", func(t *testing.T) *testDB {
+			t.Parallel()
+			return newTestDB(t, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
+		}},
+		{"postgres", func(t *testing.T) *testDB {
+			t.Parallel()
+			return newTestDB(t, newPostgresDB(t))
+		}},
+		{"sqlserver", openSQLServerTestDB},
+	}
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			if d.name == but {
+				t.Skip(why)
+			}
+			fn(t, d.open(t))
+		})
+	}
+}
+
+// openSQLServerTestDB makes the test's database on STAGEQ_SQLSERVER_DSN's
+// server, or skips the test where that is unset or a Babelfish it cannot run on.
+func openSQLServerTestDB(t *testing.T) *testDB {
+	base := os.Getenv("STAGEQ_SQLSERVER_DSN")
+	if base == "" {
+		t.Skip("STAGEQ_SQLSERVER_DSN is not set: SQL Server conformance not run")
+	}
+	t.Parallel()
+	babelfish := sqlServerIsBabelfish(t, base)
+	if babelfish && !babelfishRuns(t) {
+		t.Skip("Babelfish, not SQL Server: migration 2 needs sys.sp_sequence_get_range (G9) and an updatable CTE (G10), " +
+			"which it lacks, and FinishMany's hand-backs and the lease upsert hit its gap G2 " +
+			"(UPDATE ... OUTPUT ... INTO @t FROM ... AS t); docs/sqlserver.md, Babelfish. " +
+			"STAGEQ_BABELFISH_ALL=1 runs it anyway (with those worked around locally)")
+	}
+	dsn := newSQLServerDB(t, base, babelfish)
+	db := newTestDB(t, dsn)
+	db.Babelfish = babelfish
+	return db
 }
 
 func newTestDB(t *testing.T, dsn string) *testDB {
@@ -141,28 +166,24 @@ func newPostgresDB(t *testing.T) string {
 // PostgreSQL's, a snapshot per statement, much like RCSI).
 func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 	t.Helper()
-	admin, err := sql.Open("sqlserver", base)
-	if err != nil {
-		t.Fatalf("sqlserver: %v", err)
-	}
+	admin := pgtest.Admin(t, "sqlserver", base)
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name := testDBName()
+	drop := func(name string) string {
+		if babelfish {
+			return "DROP DATABASE " + name
+		}
+		return "ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name
+	}
 	// One CREATE DATABASE at a time: Babelfish fails concurrent ones ("tuple
 	// concurrently updated", seen 2026-11-24), and they serialize on SQL
 	// Server's own locks anyway.
-	createDatabaseMu.Lock()
-	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
-	createDatabaseMu.Unlock()
-	if err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	drop := "ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name
-	if babelfish {
-		drop = "DROP DATABASE " + name
-	}
-	dropAfter(t, "sqlserver", base, drop)
+	name := func() string {
+		createDatabaseMu.Lock()
+		defer createDatabaseMu.Unlock()
+		return pgtest.CreateDatabase(ctx, t, admin, "sqlserver", base, "stageq_t", drop)
+	}()
 	if !babelfish {
 		if _, err := admin.ExecContext(ctx, "ALTER DATABASE "+name+" SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE"); err != nil {
 			t.Fatalf("database %s: READ_COMMITTED_SNAPSHOT ON: %v", name, err)
@@ -176,24 +197,6 @@ func newSQLServerDB(t *testing.T, base string, babelfish bool) (dsn string) {
 }
 
 var createDatabaseMu sync.Mutex
-
-// testDBName is a fresh name for one test's database.
-func testDBName() string {
-	return fmt.Sprintf("stageq_t_%d_%08x", os.Getpid(), rand.Uint32())
-}
-
-// dropAfter runs drop, the statement that drops a test's database, when the
-// test ends, on an admin connection of its own to the server of base.
-func dropAfter(t *testing.T, driver, base, drop string) {
-	t.Cleanup(func() {
-		admin, err := sql.Open(driver, base)
-		if err != nil {
-			return
-		}
-		defer admin.Close()
-		admin.Exec(drop)
-	})
-}
 
 // dsnWith returns dsn with its query parameter key set to value.
 func dsnWith(t *testing.T, dsn, key, value string) string {
@@ -604,14 +607,6 @@ func (db *testDB) setLimit(t *testing.T, key string, max int) {
 	t.Helper()
 	if err := limOperator(t, db).LimitSet(context.Background(), key, max); err != nil {
 		t.Fatalf("set limit %s=%d: %v", key, max, err)
-	}
-}
-
-// skipDialect skips the test on the dialect named, saying why.
-func (db *testDB) skipDialect(t *testing.T, name, why string) {
-	t.Helper()
-	if db.Dialect == name {
-		t.Skip(why)
 	}
 }
 

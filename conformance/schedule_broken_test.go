@@ -1,12 +1,15 @@
 package conformance
 
+// A broken schedule (a plan that no longer enqueues, a cron expression that no
+// longer parses, a run the database refuses) is set aside, and the schedules
+// due after it keep firing.
+
 import (
 	"context"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -15,19 +18,11 @@ import (
 // database refuses has its ticks recorded as failed and moves on; neither holds
 // back the schedules due after it.
 func TestScheduleBrokenCronOrSubmitDoesNotBlock(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, db *testDB) {
-		db.skipDialect(t, "sqlserver", "the refusing trigger below is written for PostgreSQL and SQLite")
+	forEachDialectBut(t, "sqlserver", "the refusing trigger below is written for PostgreSQL and SQLite", func(t *testing.T, db *testDB) {
 		ctx := context.Background()
-		o := 0
-		mk := func(name, body string) {
-			p := stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Body: body}}}}}
-			if _, err := db.Client.ScheduleAdd(ctx, queue.Schedule{Name: name, Every: stages.Duration(time.Second), Plan: p}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		mk("a-badcron", "SELECT 1")
-		mk("b-refused", "SELECT 'refused'")
-		mk("c-healthy", "SELECT 2")
+		db.addSchedule(t, everySecond("a-badcron", stages.Task{Body: "SELECT 1"}))
+		db.addSchedule(t, everySecond("b-refused", stages.Task{Body: "SELECT 'refused'"}))
+		db.addSchedule(t, everySecond("c-healthy", stages.Task{Body: "SELECT 2"}))
 		// Behind the API's back: a cron expression that does not parse, and a
 		// database that refuses the second schedule's tasks.
 		db.exec(t, schedSQL(db, `UPDATE stageq.schedules SET cron = 'not a cron', interval_ms = NULL WHERE name = 'a-badcron'`))
@@ -44,18 +39,7 @@ func TestScheduleBrokenCronOrSubmitDoesNotBlock(t *testing.T) {
 		}
 		startWorkers(t, db, 1, fastConfig(), nil)
 		waitFor(t, 30*time.Second, "three runs of the healthy schedule and two failed ticks of the refused one", func() bool {
-			healthy, failed := 0, 0
-			for _, r := range schedRuns(t, db, "c-healthy") {
-				if r.Outcome == dialect.RunEnqueued {
-					healthy++
-				}
-			}
-			for _, r := range schedRuns(t, db, "b-refused") {
-				if r.Outcome == dialect.RunFailed {
-					failed++
-				}
-			}
-			return healthy >= 3 && failed >= 2
+			return schedRunsWith(t, db, "c-healthy", dialect.RunEnqueued) >= 3 && schedRunsWith(t, db, "b-refused", dialect.RunFailed) >= 2
 		})
 		list, err := db.Client.Schedules(ctx, "a-badcron")
 		if err != nil || len(list) != 1 || !list[0].Paused {
@@ -70,4 +54,52 @@ func TestScheduleBrokenCronOrSubmitDoesNotBlock(t *testing.T) {
 			t.Errorf("the refused schedule left %d tasks or Logs rows", n)
 		}
 	})
+}
+
+// TestScheduleBrokenPlanDoesNotStarveOthers: a schedule whose stored plan can no
+// longer be enqueued has its ticks recorded as missed and advances, so the
+// schedules due after it keep firing.
+func TestScheduleBrokenPlanDoesNotStarveOthers(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		for _, name := range []string{"broken", "healthy"} {
+			db.addSchedule(t, everySecond(name, stages.Task{Body: "SELECT 1"}))
+		}
+		// Corrupt the first one's stored plan behind the API's back.
+		// PLAN is a reserved word in T-SQL: bracketed there.
+		corrupt := `UPDATE stageq.schedules SET plan = '{"stages": []}' WHERE name = 'broken'`
+		if db.Dialect == "sqlserver" {
+			corrupt = `UPDATE stageq.Schedules SET [plan] = N'{"stages": []}' WHERE name = N'broken'`
+		}
+		db.exec(t, schedSQL(db, corrupt))
+		startWorkers(t, db, 1, fastConfig(), nil)
+		waitFor(t, 30*time.Second, "three runs of the healthy schedule", func() bool {
+			return schedRunsWith(t, db, "healthy", dialect.RunEnqueued) >= 3
+		})
+		for _, r := range schedRuns(t, db, "broken") {
+			if r.Outcome != dialect.RunMissed {
+				t.Errorf("broken schedule's tick %s: outcome %s, want missed", r.ScheduledFor, r.Outcome)
+			}
+		}
+		if n := schedLogRows(t, db, "broken"); n != 0 {
+			t.Errorf("the broken schedule enqueued %d tasks", n)
+		}
+	})
+}
+
+// schedRunsWith counts a schedule's runs whose outcome is outcome.
+func schedRunsWith(t *testing.T, db *testDB, name, outcome string) int {
+	t.Helper()
+	n := 0
+	for _, r := range schedRuns(t, db, name) {
+		if r.Outcome == outcome {
+			n++
+		}
+	}
+	return n
+}
+
+// schedLogRows counts Logs rows of a schedule's runs.
+func schedLogRows(t *testing.T, db *testDB, name string) int {
+	t.Helper()
+	return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.logs WHERE schedule_name = $1`), name)
 }

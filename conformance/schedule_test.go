@@ -65,6 +65,22 @@ func schedRuns(t *testing.T, db *testDB, name string) []dialect.ScheduleRun {
 	return runs
 }
 
+// everySecond is a schedule named name that enqueues task, alone in its plan,
+// every second.
+func everySecond(name string, task stages.Task) queue.Schedule {
+	o := 0
+	return queue.Schedule{Name: name, Every: stages.Duration(time.Second),
+		Plan: stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{task}}}}}
+}
+
+// addSchedule adds s (Client.ScheduleAdd), failing the test on an error.
+func (db *testDB) addSchedule(t *testing.T, s queue.Schedule) {
+	t.Helper()
+	if _, err := db.Client.ScheduleAdd(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func schedDBNow(t *testing.T, db *testDB) time.Time {
 	t.Helper()
 	now, err := db.D.ClockNow(context.Background(), nil)
@@ -106,11 +122,7 @@ func TestScheduleClusterExactlyOnce(t *testing.T) {
 		if schedFull() {
 			half = 15 * time.Second
 		}
-		o := 0
-		if _, err := db.Client.ScheduleAdd(ctx, queue.Schedule{Name: "tick", Every: stages.Duration(time.Second),
-			Plan: stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}}); err != nil {
-			t.Fatal(err)
-		}
+		db.addSchedule(t, everySecond("tick", stages.Task{Body: "SELECT 1"}))
 		workers := map[string]*workerProcess{}
 		for i := range 10 {
 			skew := time.Duration(i-5) * time.Minute // -5m … +4m, and one at +5m below
@@ -206,15 +218,11 @@ func TestScheduleClusterExactlyOnce(t *testing.T) {
 // tick is enqueued on its own.
 func TestScheduleMissedTicks(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
 		start := schedDBNow(t, db).Add(-10 * time.Second)
-		o := 0
 		for _, missed := range []string{dialect.MissedSkip, dialect.MissedOnce} {
-			if _, err := db.Client.ScheduleAdd(ctx, queue.Schedule{Name: "missed-" + missed, Every: stages.Duration(time.Second),
-				Start: start, Missed: missed, Grace: stages.Duration(2 * time.Second),
-				Plan: stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}}); err != nil {
-				t.Fatal(err)
-			}
+			s := everySecond("missed-"+missed, stages.Task{Body: "SELECT 1"})
+			s.Start, s.Missed, s.Grace = start, missed, stages.Duration(2*time.Second)
+			db.addSchedule(t, s)
 		}
 		startWorkers(t, db, 2, fastConfig(), nil)
 		for _, missed := range []string{dialect.MissedSkip, dialect.MissedOnce} {
@@ -257,12 +265,9 @@ func TestScheduleMissedTicks(t *testing.T) {
 // its runs never overlap, though the worker could run four at once.
 func TestScheduleSingleton(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		o := 0
-		if _, err := db.Client.ScheduleAdd(ctx, queue.Schedule{Name: "single", Every: stages.Duration(time.Second),
-			Singleton: true, Plan: stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Kind: "slow", Body: "2500ms"}}}}}}); err != nil {
-			t.Fatal(err)
-		}
+		s := everySecond("single", stages.Task{Kind: "slow", Body: "2500ms"})
+		s.Singleton = true
+		db.addSchedule(t, s)
 		cfg := fastConfig()
 		cfg.Concurrency = 4
 		startWorkers(t, db, 2, cfg, func(w *queue.Worker) { w.Handle("slow", waitBody) })
@@ -392,51 +397,4 @@ func TestScheduleCLI(t *testing.T) {
 			t.Errorf("%d Logs rows name schedule nightly, want 1", n)
 		}
 	})
-}
-
-// TestScheduleBrokenPlanDoesNotStarveOthers: a schedule whose stored plan can no
-// longer be enqueued has its ticks recorded as missed and advances, so the
-// schedules due after it keep firing.
-func TestScheduleBrokenPlanDoesNotStarveOthers(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, db *testDB) {
-		ctx := context.Background()
-		o := 0
-		plan := stages.Plan{Stages: []stages.Stage{{Order: &o, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}
-		for _, name := range []string{"broken", "healthy"} {
-			if _, err := db.Client.ScheduleAdd(ctx, queue.Schedule{Name: name, Every: stages.Duration(time.Second), Plan: plan}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Corrupt the first one's stored plan behind the API's back.
-		// PLAN is a reserved word in T-SQL: bracketed there.
-		corrupt := `UPDATE stageq.schedules SET plan = '{"stages": []}' WHERE name = 'broken'`
-		if db.Dialect == "sqlserver" {
-			corrupt = `UPDATE stageq.Schedules SET [plan] = N'{"stages": []}' WHERE name = N'broken'`
-		}
-		db.exec(t, schedSQL(db, corrupt))
-		startWorkers(t, db, 1, fastConfig(), nil)
-		waitFor(t, 30*time.Second, "three runs of the healthy schedule", func() bool {
-			n := 0
-			for _, r := range schedRuns(t, db, "healthy") {
-				if r.Outcome == dialect.RunEnqueued {
-					n++
-				}
-			}
-			return n >= 3
-		})
-		for _, r := range schedRuns(t, db, "broken") {
-			if r.Outcome != dialect.RunMissed {
-				t.Errorf("broken schedule's tick %s: outcome %s, want missed", r.ScheduledFor, r.Outcome)
-			}
-		}
-		if n := schedLogRows(t, db, "broken"); n != 0 {
-			t.Errorf("the broken schedule enqueued %d tasks", n)
-		}
-	})
-}
-
-// schedLogRows counts Logs rows of a schedule's runs.
-func schedLogRows(t *testing.T, db *testDB, name string) int {
-	t.Helper()
-	return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.logs WHERE schedule_name = $1`), name)
 }

@@ -2,6 +2,8 @@
 // runs, and tests within a run, never share one. The conformance suite, the
 // dashboard's and queuectl's tests and the dialect's benchmarks make theirs
 // here (the benchmark command, bench/, makes its own, with its own settings).
+// Its steps that do not depend on the server, Admin and CreateDatabase, also
+// make the conformance suite's SQL Server databases.
 package pgtest
 
 import (
@@ -37,10 +39,7 @@ func Base() string {
 func NewDatabase(tb testing.TB, prefix string) string {
 	tb.Helper()
 	base := Base()
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		tb.Fatalf("postgres: %v", err)
-	}
+	admin := Admin(tb, "pgx", base)
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -48,15 +47,8 @@ func NewDatabase(tb testing.TB, prefix string) string {
 		tb.Fatalf("PostgreSQL is not reachable at %s (set STAGEQ_POSTGRES_DSN, or start it: "+
 			"pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", dialect.Redact(base), err)
 	}
-	name := fmt.Sprintf("%s_%d_%08x", prefix, os.Getpid(), rand.Uint32())
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		tb.Fatalf("create database %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		if a, err := sql.Open("pgx", base); err == nil {
-			a.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-			a.Close()
-		}
+	name := CreateDatabase(ctx, tb, admin, "pgx", base, prefix, func(name string) string {
+		return "DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"
 	})
 	u, err := url.Parse(base)
 	if err != nil {
@@ -64,4 +56,34 @@ func NewDatabase(tb testing.TB, prefix string) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// Admin opens a connection through driver to the server of base, for making
+// and dropping databases, failing the test if it cannot; the caller closes it.
+func Admin(tb testing.TB, driver, base string) *sql.DB {
+	tb.Helper()
+	admin, err := sql.Open(driver, base)
+	if err != nil {
+		tb.Fatalf("%s admin connection: %v", driver, err)
+	}
+	return admin
+}
+
+// CreateDatabase creates an empty database named prefix_<pid>_<random> through
+// admin, a connection to the server of base through driver, and returns its
+// name. When the test ends it runs drop(name), the statement that drops it, on
+// a connection of its own (admin is closed by then).
+func CreateDatabase(ctx context.Context, tb testing.TB, admin *sql.DB, driver, base, prefix string, drop func(name string) string) string {
+	tb.Helper()
+	name := fmt.Sprintf("%s_%d_%08x", prefix, os.Getpid(), rand.Uint32())
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		tb.Fatalf("create database %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		if a, err := sql.Open(driver, base); err == nil {
+			a.Exec(drop(name))
+			a.Close()
+		}
+	})
+	return name
 }
