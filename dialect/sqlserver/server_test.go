@@ -10,7 +10,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/migrations"
 	schema "github.com/stageq/stageq/migrations/sqlserver"
 )
@@ -31,10 +31,7 @@ func newServerDB(t *testing.T) (dsn string, babelfish bool) {
 	if base == "" {
 		t.Skip("STAGEQ_SQLSERVER_DSN is not set: no server")
 	}
-	admin, err := sql.Open("sqlserver", base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := pgtest.Admin(t, "sqlserver", base)
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -43,21 +40,11 @@ func newServerDB(t *testing.T) (dsn string, babelfish bool) {
 		t.Fatalf("server at %s: %v", dialect.Redact(base), err)
 	}
 	babelfish = strings.Contains(version, "Babelfish")
-	name := fmt.Sprintf("stageq_d_%d_%08x", os.Getpid(), rand.Uint32())
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		admin, err := sql.Open("sqlserver", base)
-		if err != nil {
-			return
-		}
-		defer admin.Close()
+	name := pgtest.CreateDatabase(ctx, t, admin, "sqlserver", base, "stageq_d", func(name string) string {
 		if babelfish { // no SINGLE_USER there
-			admin.Exec("DROP DATABASE " + name)
-			return
+			return "DROP DATABASE " + name
 		}
-		admin.Exec("ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name)
+		return "ALTER DATABASE " + name + " SET SINGLE_USER WITH ROLLBACK IMMEDIATE; DROP DATABASE " + name
 	})
 	u, err := url.Parse(base)
 	if err != nil {
