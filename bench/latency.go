@@ -70,8 +70,9 @@ func (t *target) idleWorker(ctx context.Context, tag string, handlers map[string
 // and none begun after cfg.Timeout, on one idle worker with handlers
 // (idleWorker), then fills res's sample count and percentiles. Round i returns
 // its samples, and false to end the scenario (having set res's Error or
-// TimedOut). A worker that does not start is res's Error, and false.
-func (r *runner) latencyRounds(ctx context.Context, t *target, res *Result, handlers map[string]queue.Handler, rounds int,
+// TimedOut). A worker that does not start is res's Error, and false. Once the
+// worker runs, it prints what the rounds measure as progress.
+func (r *runner) latencyRounds(ctx context.Context, t *target, res *Result, handlers map[string]queue.Handler, rounds int, what string,
 	round func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool)) (ran bool) {
 	c, stop, err := t.idleWorker(ctx, res.Scenario, handlers)
 	if err != nil {
@@ -80,6 +81,7 @@ func (r *runner) latencyRounds(ctx context.Context, t *target, res *Result, hand
 	}
 	defer stop()
 
+	r.cfg.progress("%s: %s: %s", t.name, res.Scenario, what)
 	deadline := time.Now().Add(r.cfg.Timeout)
 	var samples []time.Duration
 	for i := 0; i < rounds && time.Now().Before(deadline); i++ {
@@ -117,8 +119,7 @@ func (r *runner) pickup(ctx context.Context, t *target) Result {
 		},
 	}
 	misses := 0
-	r.cfg.progress("%s: pickup: %d samples", t.name, cfg.PickupSamples)
-	ran := r.latencyRounds(ctx, t, &res, handlers, cfg.PickupSamples, func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool) {
+	ran := r.latencyRounds(ctx, t, &res, handlers, cfg.PickupSamples, fmt.Sprintf("%d samples", cfg.PickupSamples), func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool) {
 		time.Sleep(cfg.PickupGap)
 		order := 0
 		plan := stages.Plan{Process: "pickup", Stages: []stages.Stage{{Order: &order,
@@ -164,8 +165,8 @@ func (r *runner) handoff(ctx context.Context, t *target) Result {
 	cfg := r.cfg
 	res := Result{Dialect: t.name, Scenario: "handoff", Concurrency: 4}
 	handlers := map[string]queue.Handler{kindNoop: noopHandler}
-	r.cfg.progress("%s: handoff: %d plans of 3 stages x %d tasks", t.name, cfg.HandoffPlans, cfg.HandoffWidth)
-	ran := r.latencyRounds(ctx, t, &res, handlers, cfg.HandoffPlans, func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool) {
+	what := fmt.Sprintf("%d plans of 3 stages x %d tasks", cfg.HandoffPlans, cfg.HandoffWidth)
+	ran := r.latencyRounds(ctx, t, &res, handlers, cfg.HandoffPlans, what, func(c *queue.Client, i int, deadline time.Time) ([]time.Duration, bool) {
 		process := fmt.Sprintf("handoff-%d", i)
 		var plan stages.Plan
 		plan.Process = process
