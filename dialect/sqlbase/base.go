@@ -114,15 +114,13 @@ func (b *Base) inTxOrOnPool(ctx context.Context, tx *sql.Tx, repeatable bool, fn
 	return b.onPool(ctx, repeatable, fn)
 }
 
-// on is where a statement runs: in the caller's transaction tx, or on the pool.
+// on is where a statement runs: dialect.On, with the caller's transaction
+// wrapped by TxQuerier where the dialect sets one.
 func (b *Base) on(tx *sql.Tx) dialect.Querier {
-	switch {
-	case tx == nil:
-		return b.Pool
-	case b.TxQuerier != nil:
+	if tx != nil && b.TxQuerier != nil {
 		return b.TxQuerier(tx)
 	}
-	return tx
+	return dialect.On(b.Pool, tx)
 }
 
 // who is who an operator action's audit rows name.
