@@ -36,6 +36,13 @@ func (m claimMark) leaseFrom(total time.Duration) time.Time {
 	return m.sent.Add(total - m.held)
 }
 
+// origin orders claims by their leaseFrom without the holds' total, which
+// every claim's leaseFrom adds alike: the claim with the earliest origin has
+// the earliest lease.
+func (m claimMark) origin() time.Time {
+	return m.sent.Add(-m.held)
+}
+
 // leaseHeld reports whether a's lease is certainly still held now, so that its
 // SQL body may start without reading the lease first (dialect.BodyStart). The
 // database set the lease to expire a whole lease after it ran the claim, which

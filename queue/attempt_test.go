@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // A body may skip reading its lease only while less than half a lease has
@@ -40,4 +43,60 @@ func TestLeaseHeldOnlyWhileFresh(t *testing.T) {
 	if later, _ := bootClock(); later < now {
 		t.Errorf("boot clock went back: %v then %v", now, later)
 	}
+}
+
+// The heartbeat loop re-arms the fail-fast deadline of unextended attempts
+// only when told of a claim whose lease may end before the one it armed for;
+// a write-lock hold (SQLite) moves a claim's lease later by what it held.
+func TestUnextendedWakesOnlyForEarlierClaims(t *testing.T) {
+	w := &Worker{
+		cfg:        WorkerConfig{Lease: 10 * time.Second, Heartbeat: 2 * time.Second},
+		running:    map[dialect.TaskLease]context.CancelCauseFunc{},
+		unextended: map[dialect.TaskLease]claimMark{},
+		admitted:   make(chan struct{}, 1),
+	}
+	t0 := time.Now()
+	woke := func() bool {
+		select {
+		case <-w.admitted:
+			return true
+		default:
+			return false
+		}
+	}
+	note := func(id int64, m claimMark, wantWake bool) {
+		t.Helper()
+		key := dialect.TaskLease{ID: id, Token: 1}
+		w.running[key] = func(error) {}
+		w.noteUnextendedLocked(key, m)
+		if got := woke(); got != wantWake {
+			t.Errorf("task %d (claim sent %v, held %v): woke the heartbeat loop = %v, want %v",
+				id, m.sent.Sub(t0), m.held, got, wantWake)
+		}
+	}
+	note(1, claimMark{sent: t0}, true) // the first
+	note(2, claimMark{sent: t0.Add(time.Second)}, false)
+	note(3, claimMark{sent: t0.Add(-time.Second)}, true)
+	note(4, claimMark{sent: t0.Add(2 * time.Second), held: 4 * time.Second}, true) // its lease runs from t0-2s and the holds since
+	note(5, claimMark{sent: t0.Add(2 * time.Second), held: time.Second}, false)
+
+	// Tasks 3 and 4 end: the deadline is due by task 1's claim, and an
+	// earlier claim than that wakes the loop again.
+	delete(w.running, dialect.TaskLease{ID: 3, Token: 1})
+	delete(w.running, dialect.TaskLease{ID: 4, Token: 1})
+	due, ok := w.claimsDue()
+	if want := t0.Add(w.cfg.Lease - w.failFastMargin()); !ok || !due.Equal(want) {
+		t.Fatalf("claimsDue = %v, %v; want %v (task 1's claim)", due.Sub(t0), ok, want.Sub(t0))
+	}
+	if len(w.unextended) != 3 {
+		t.Errorf("%d unextended attempts after claimsDue, want 3 (the ended ones dropped)", len(w.unextended))
+	}
+	note(6, claimMark{sent: t0.Add(-500 * time.Millisecond)}, true)
+
+	// Once none is left, the next claim wakes it whatever its time.
+	clear(w.running)
+	if _, ok := w.claimsDue(); ok {
+		t.Fatal("claimsDue found a deadline with no attempt running")
+	}
+	note(7, claimMark{sent: t0.Add(time.Hour)}, true)
 }

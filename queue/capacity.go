@@ -145,8 +145,7 @@ func (w *Worker) admit(t attempt) {
 			w.handBackLocked([]dialect.ClaimedTask{t.ClaimedTask}, claimAnsweredLate)
 			return
 		}
-		w.unextended[key] = t.claim
-		signal(w.admitted)
+		w.noteUnextendedLocked(key, t.claim)
 	}
 	if w.executing < w.cfg.Concurrency && len(w.buffered) == 0 {
 		w.executing++
@@ -154,6 +153,20 @@ func (w *Worker) admit(t attempt) {
 		return
 	}
 	w.buffered = append(w.buffered, bufferedTask{t: t, ctx: runCtx, cancel: cancel, since: time.Now()})
+}
+
+// noteUnextendedLocked keeps an admitted attempt's claim until a heartbeat
+// extends its lease, for the fail-fast deadline (claimsDue). The heartbeat
+// loop is woken only by a claim whose lease may end before the deadline it
+// armed last: about once per claim batch, not once per task. Attempts that
+// ended and are still listed only make the armed deadline earlier than it need
+// be, never later; claimsDue drops them. Called with w.mu held.
+func (w *Worker) noteUnextendedLocked(key dialect.TaskLease, m claimMark) {
+	if from := m.origin(); len(w.unextended) == 0 || from.Before(w.unextendedFrom) {
+		w.unextendedFrom = from
+		signal(w.admitted)
+	}
+	w.unextended[key] = m
 }
 
 // slotFreed gives a slot whose body ended to the next buffered task, or back

@@ -230,11 +230,14 @@ func (w *Worker) claimsDue() (time.Time, bool) {
 	for l, m := range w.unextended {
 		if _, held := w.running[l]; !held {
 			delete(w.unextended, l) // ended
-		} else if f := m.leaseFrom(total); from.IsZero() || f.Before(from) {
+		} else if f := m.origin(); from.IsZero() || f.Before(from) {
 			from = f
 		}
 	}
-	return from.Add(w.cfg.Lease - w.failFastMargin()), !from.IsZero()
+	// What the caller arms the deadline for: admit wakes it again only for
+	// an earlier claim.
+	w.unextendedFrom = from
+	return from.Add(total + w.cfg.Lease - w.failFastMargin()), !from.IsZero()
 }
 
 func (w *Worker) cancelAll() {

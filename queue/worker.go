@@ -193,10 +193,13 @@ type Worker struct {
 
 	// unextended holds the admitted attempts that no heartbeat has extended
 	// yet, with their claims: their leases run from those, and the fail-fast
-	// deadline must come before they end (heartbeat.go). admitted tells the
-	// heartbeat loop that it grew.
-	unextended map[dialect.TaskLease]claimMark
-	admitted   chan struct{}
+	// deadline must come before they end (heartbeat.go). unextendedFrom is the
+	// earliest claim the deadline was last armed for, or asked to be (see
+	// claimMark.origin); admitted tells the heartbeat loop that an earlier one
+	// came.
+	unextended     map[dialect.TaskLease]claimMark
+	unextendedFrom time.Time
+	admitted       chan struct{}
 	// holder is d as a dialect.WriteLockHolder (nil where it is not one),
 	// asserted once: writeHolds runs on every claim and admit.
 	holder dialect.WriteLockHolder
