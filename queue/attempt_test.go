@@ -74,22 +74,27 @@ func TestUnextendedWakesOnlyForEarlierClaims(t *testing.T) {
 				id, m.sent.Sub(t0), m.held, got, wantWake)
 		}
 	}
-	note(1, claimMark{sent: t0}, true) // the first
+	note(1, claimMark{sent: t0}, true)  // the first
+	note(8, claimMark{sent: t0}, false) // the same claim batch
 	note(2, claimMark{sent: t0.Add(time.Second)}, false)
 	note(3, claimMark{sent: t0.Add(-time.Second)}, true)
-	note(4, claimMark{sent: t0.Add(2 * time.Second), held: 4 * time.Second}, true) // its lease runs from t0-2s and the holds since
+	// Sent during a hold of the write lock that ended after t0+4s: counted
+	// from its answer, the hold puts its lease's start before task 3's.
+	note(4, claimMark{sent: t0.Add(2 * time.Second), held: 4 * time.Second}, true)
 	note(5, claimMark{sent: t0.Add(2 * time.Second), held: time.Second}, false)
 
 	// Tasks 3 and 4 end: the deadline is due by task 1's claim, and an
 	// earlier claim than that wakes the loop again.
+	// Holds of the write lock since put every lease back by their time.
 	delete(w.running, dialect.TaskLease{ID: 3, Token: 1})
 	delete(w.running, dialect.TaskLease{ID: 4, Token: 1})
+	w.holder = heldFor(5 * time.Second)
 	due, ok := w.claimsDue()
-	if want := t0.Add(w.cfg.Lease - w.failFastMargin()); !ok || !due.Equal(want) {
-		t.Fatalf("claimsDue = %v, %v; want %v (task 1's claim)", due.Sub(t0), ok, want.Sub(t0))
+	if want := t0.Add(5*time.Second + w.cfg.Lease - w.failFastMargin()); !ok || !due.Equal(want) {
+		t.Fatalf("claimsDue = %v, %v; want %v (task 1's claim, 5s of holds since)", due.Sub(t0), ok, want.Sub(t0))
 	}
-	if len(w.unextended) != 3 {
-		t.Errorf("%d unextended attempts after claimsDue, want 3 (the ended ones dropped)", len(w.unextended))
+	if len(w.unextended) != 4 {
+		t.Errorf("%d unextended attempts after claimsDue, want 4 (the ended ones dropped)", len(w.unextended))
 	}
 	note(6, claimMark{sent: t0.Add(-500 * time.Millisecond)}, true)
 
@@ -100,3 +105,9 @@ func TestUnextendedWakesOnlyForEarlierClaims(t *testing.T) {
 	}
 	note(7, claimMark{sent: t0.Add(time.Hour)}, true)
 }
+
+// heldFor is a write-lock holder (dialect.WriteLockHolder) whose holds, none of
+// them lasting now, have come to d.
+type heldFor time.Duration
+
+func (h heldFor) WriteHolds() (bool, time.Duration) { return false, time.Duration(h) }

@@ -157,8 +157,9 @@ func (w *Worker) admit(t attempt) {
 
 // noteUnextendedLocked keeps an admitted attempt's claim until a heartbeat
 // extends its lease, for the fail-fast deadline (claimsDue). The heartbeat
-// loop is woken only by a claim whose lease may end before the deadline it
-// armed last: about once per claim batch, not once per task. Attempts that
+// loop is woken only by the first such claim or by one whose lease may end
+// before the deadline it armed last: at most once per claim batch (a batch's
+// tasks share one claimMark), not once per task. Attempts that
 // ended and are still listed only make the armed deadline earlier than it need
 // be, never later; claimsDue drops them. Called with w.mu held.
 func (w *Worker) noteUnextendedLocked(key dialect.TaskLease, m claimMark) {

@@ -81,7 +81,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context, pass func()) {
 			lost()
 		case <-claimDeadline.C:
 			// While a hold lasts, nobody can rescue; after it, claimsDue
-			// counts it (claimMark.leaseFrom).
+			// counts it (the holds' total it adds to the earliest claim).
 			if holding, _ := holds(); holding {
 				claimDeadline.Reset(margin)
 			} else if due, ok := w.claimsDue(); ok && time.Now().Before(due) {

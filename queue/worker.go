@@ -195,8 +195,8 @@ type Worker struct {
 	// yet, with their claims: their leases run from those, and the fail-fast
 	// deadline must come before they end (heartbeat.go). unextendedFrom is the
 	// earliest claim the deadline was last armed for, or asked to be (see
-	// claimMark.origin); admitted tells the heartbeat loop that an earlier one
-	// came.
+	// claimMark.origin); admitted tells the heartbeat loop that the first
+	// claim came, or an earlier one.
 	unextended     map[dialect.TaskLease]claimMark
 	unextendedFrom time.Time
 	admitted       chan struct{}
