@@ -186,8 +186,9 @@ func parseProcStat(s string) (string, int64, error) {
 }
 
 // costMeter measures what one scenario costs its PostgreSQL database:
-// committed transactions from pg_stat_database, backend CPU from /proc. It is
-// nil on the other dialects, and every method is then a no-op.
+// committed transactions from pg_stat_database, backend CPU from /proc, and the
+// WAL the server wrote while the measured work ran. It is nil on the other
+// dialects, and every method is then a no-op.
 type costMeter struct {
 	r      *runner
 	t      *target
@@ -199,6 +200,12 @@ type costMeter struct {
 	cpuOn  bool // sampling
 	cpuRan bool // started at least once
 	cpuSum time.Duration
+	// WAL positions at startCPU and stopCPU (pg_current_wal_lsn): exact at
+	// the moment read, unlike pg_stat_wal, which backends flush late.
+	wal0, wal1 uint64
+	walErr     error
+	walStarted bool
+	walEnded   bool
 }
 
 // beginCost waits for the database's counters to settle and reads the
@@ -214,9 +221,17 @@ func (r *runner) beginCost(ctx context.Context, t *target, db string) *costMeter
 	return m
 }
 
-// startCPU takes the CPU baseline of the database's backends.
+// startCPU takes the CPU baseline of the database's backends and the WAL
+// position, at the moment the measured work starts.
 func (m *costMeter) startCPU(ctx context.Context) {
-	if m == nil || m.cpuErr != nil || m.cpuOn {
+	if m == nil || m.cpuOn {
+		return
+	}
+	if !m.walStarted && m.walErr == nil {
+		m.wal0, m.walErr = m.r.walPosition(ctx, m.t)
+		m.walStarted = m.walErr == nil
+	}
+	if m.cpuErr != nil {
 		return
 	}
 	if m.cpuErr = m.cpu.start(ctx); m.cpuErr == nil {
@@ -224,15 +239,50 @@ func (m *costMeter) startCPU(ctx context.Context) {
 	}
 }
 
-// stopCPU takes the last sample; call it while the measured clients are still
-// connected, since an exited backend's time is no longer in /proc.
+// stopCPU takes the last sample and the WAL position; call it while the
+// measured clients are still connected, since an exited backend's time is no
+// longer in /proc.
 func (m *costMeter) stopCPU(ctx context.Context) {
-	if m == nil || !m.cpuOn {
+	if m == nil {
+		return
+	}
+	if m.walStarted && !m.walEnded {
+		m.wal1, m.walErr = m.r.walPosition(ctx, m.t)
+		m.walEnded = m.walErr == nil
+	}
+	if !m.cpuOn {
 		return
 	}
 	m.cpu.sample(ctx)
 	m.cpuSum = m.cpu.stop()
 	m.cpuOn = false
+}
+
+// walPosition reads the server's current WAL insert position as a byte offset.
+func (r *runner) walPosition(ctx context.Context, t *target) (uint64, error) {
+	var lsn string
+	if err := t.admin.DB().QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("pg_current_wal_lsn: %w", err)
+	}
+	return parseLSN(lsn)
+}
+
+// parseLSN turns PostgreSQL's text form of a WAL position, two hexadecimal
+// halves "X/Y", into its 64-bit byte offset.
+func parseLSN(s string) (uint64, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, fmt.Errorf("WAL position %q: no '/'", s)
+	}
+	h, err := strconv.ParseUint(hi, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("WAL position %q: %w", s, err)
+	}
+	l, err := strconv.ParseUint(lo, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("WAL position %q: %w", s, err)
+	}
+	return h<<32 | l, nil
 }
 
 // end reads the transactions once the counters settle and returns the cost;
@@ -252,6 +302,14 @@ func (m *costMeter) end(ctx context.Context, own int64) dbCost {
 	default:
 		c.cpu, c.cpuOK = m.cpuSum, true
 	}
+	switch {
+	case m.walErr != nil:
+		c.missing = append(c.missing, "WAL: "+m.walErr.Error())
+	case !m.walEnded:
+		c.missing = append(c.missing, "WAL: the measured work never started")
+	default:
+		c.wal, c.walOK = int64(m.wal1-m.wal0), true
+	}
 	x1, err := m.r.settledXact(ctx, m.t, m.db)
 	switch {
 	case m.xErr != nil:
@@ -266,10 +324,15 @@ func (m *costMeter) end(ctx context.Context, own int64) dbCost {
 
 // dbCost is what a stretch of work cost one PostgreSQL database.
 type dbCost struct {
-	xacts   int64 // committed transactions, the bench's own left out
-	xactOK  bool
-	cpu     time.Duration // backend CPU time
-	cpuOK   bool
+	xacts  int64 // committed transactions, the bench's own left out
+	xactOK bool
+	cpu    time.Duration // backend CPU time
+	cpuOK  bool
+	// wal is the bytes of WAL the whole server wrote while the work ran:
+	// nothing else writes during a bench run but autovacuum (off on the
+	// development server) and the bench's own statements (reads only).
+	wal     int64
+	walOK   bool
 	missing []string // why a figure is absent
 }
 
@@ -283,5 +346,8 @@ func (c dbCost) perTask(tasks int, a *acc) {
 	}
 	if c.cpuOK {
 		a.cpu = append(a.cpu, float64(c.cpu.Microseconds())/float64(tasks))
+	}
+	if c.walOK {
+		a.wal = append(a.wal, float64(c.wal)/float64(tasks))
 	}
 }

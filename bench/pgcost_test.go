@@ -86,6 +86,17 @@ func TestCostMeterPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// About two megabytes of WAL: 10,000 rows of 100 bytes and their index
+	// entries, inserted after the table's creation committed (with wal_level
+	// minimal, rows written in the creating transaction skip the WAL).
+	for _, q := range []string{
+		"CREATE TABLE walcost (id int PRIMARY KEY, pad text)",
+		"INSERT INTO walcost SELECT g, repeat('x', 100) FROM generate_series(1, 10000) g",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var sum int64 // enough work for the backend to show clock ticks
 	if err := db.QueryRowContext(ctx, "SELECT sum(x)::bigint FROM generate_series(1, 3000000) x").Scan(&sum); err != nil {
 		t.Fatal(err)
@@ -99,8 +110,32 @@ func TestCostMeterPostgres(t *testing.T) {
 	if !c.cpuOK || c.cpu <= 0 {
 		t.Errorf("CPU: %+v, want some", c)
 	}
+	if !c.walOK || c.wal < 1_000_000 || c.wal > 100_000_000 {
+		t.Errorf("WAL: %d bytes (ok %v), want 1 to 100 MB for 10,000 rows of 100 bytes and their index", c.wal, c.walOK)
+	}
 	// The bench's own statements are left out.
 	if c2 := m.end(ctx, 5); c2.xacts != c.xacts-5 {
 		t.Errorf("own transactions: %d, want %d", c2.xacts, c.xacts-5)
+	}
+}
+
+func TestParseLSN(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint64
+	}{
+		{"0/0", 0},
+		{"0/16B3748", 0x16B3748},
+		{"1/0", 1 << 32},
+		{"A/FFFFFFFF", 0xA<<32 | 0xFFFFFFFF},
+	} {
+		if got, err := parseLSN(c.in); err != nil || got != c.want {
+			t.Errorf("parseLSN(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "16B3748", "x/1", "1/100000000"} {
+		if _, err := parseLSN(bad); err == nil {
+			t.Errorf("parseLSN(%q): no error", bad)
+		}
 	}
 }

@@ -42,6 +42,10 @@ type Result struct {
 	// backends per task in microseconds (/proc). Medians of Runs.
 	XactPerTask    float64 `json:"xact_per_task,omitempty"`
 	PGCPUPerTaskUs float64 `json:"pg_cpu_us_per_task,omitempty"`
+	// WALPerTask is the bytes of WAL the server wrote per task while the
+	// work ran (pg_current_wal_lsn before and after); median of Runs. Unlike
+	// CPU time, it does not depend on how fast the machine is.
+	WALPerTask float64 `json:"wal_bytes_per_task,omitempty"`
 
 	// Summary is the table's result cell; Extra holds the scenario's other figures.
 	Summary string         `json:"summary"`
@@ -84,9 +88,9 @@ func (r Result) writeJSON(w io.Writer) error {
 // writeTable prints the human table of all results.
 func writeTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIALECT\tSCENARIO\tN\tCONC\tRESULT\tVS CEILING\tVS RIVER\tXACT/TASK\tPG CPU/TASK\tNOTE")
+	fmt.Fprintln(tw, "DIALECT\tSCENARIO\tN\tCONC\tRESULT\tVS CEILING\tVS RIVER\tXACT/TASK\tPG CPU/TASK\tWAL/TASK\tNOTE")
 	for _, r := range results {
-		n, conc, xact, cpu := "-", "-", "-", "-"
+		n, conc, xact, cpu, wal := "-", "-", "-", "-", "-"
 		if r.N > 0 {
 			n = thousands(float64(r.N))
 		}
@@ -99,6 +103,9 @@ func writeTable(w io.Writer, results []Result) error {
 		if r.PGCPUPerTaskUs > 0 {
 			cpu = fmt.Sprintf("%.0f µs", r.PGCPUPerTaskUs)
 		}
+		if r.WALPerTask > 0 {
+			wal = fmt.Sprintf("%.0f B", r.WALPerTask)
+		}
 		summary := r.Summary
 		if r.Error != "" {
 			summary = "ERROR: " + r.Error
@@ -107,8 +114,8 @@ func writeTable(w io.Writer, results []Result) error {
 		if r.TimedOut {
 			note = strings.TrimPrefix(note+"; TIMED OUT (figures from what finished)", "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			r.Dialect, r.Scenario, n, conc, summary, ratio(r.VsCeiling), ratio(r.VsRiver), xact, cpu, note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			r.Dialect, r.Scenario, n, conc, summary, ratio(r.VsCeiling), ratio(r.VsRiver), xact, cpu, wal, note)
 	}
 	return tw.Flush()
 }

@@ -38,6 +38,7 @@ type acc struct {
 	rates []float64 // tasks/s
 	xact  []float64 // transactions per task
 	cpu   []float64 // PostgreSQL CPU µs per task
+	wal   []float64 // WAL bytes per task
 	why   []string  // why a cost figure is missing
 }
 
@@ -125,6 +126,9 @@ func (r *runner) throughput(ctx context.Context, t *target) []Result {
 				if rr.cost.cpuOK {
 					row.set("pg_cpu_s", rr.cost.cpu.Seconds())
 				}
+				if rr.cost.walOK {
+					row.set("wal_bytes", rr.cost.wal)
+				}
 				if rr.sum.worked < int64(cfg.N) {
 					row.note("%d of %d jobs worked", rr.sum.worked, cfg.N)
 				}
@@ -183,7 +187,8 @@ func summarize(cfg Config, order []string, rows map[string]*Result, accs map[str
 		}
 		row.XactPerTask = median(a.xact)
 		row.PGCPUPerTaskUs = median(a.cpu)
-		if len(a.rates) > 0 && (len(a.xact) == 0 || len(a.cpu) == 0) {
+		row.WALPerTask = median(a.wal)
+		if len(a.rates) > 0 && (len(a.xact) == 0 || len(a.cpu) == 0 || len(a.wal) == 0) {
 			for _, why := range slices.Compact(slices.Sorted(slices.Values(a.why))) {
 				row.note("%s", why)
 			}
@@ -311,6 +316,9 @@ func recordDrain(row *Result, a *acc, d drainRun) {
 	}
 	if d.cost.cpuOK {
 		row.set("pg_cpu_s", d.cost.cpu.Seconds())
+	}
+	if d.cost.walOK {
+		row.set("wal_bytes", d.cost.wal)
 	}
 	if d.timedOut {
 		row.note("%d of %d done in %s", d.done, row.N, d.wall.Round(time.Second))
