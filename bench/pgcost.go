@@ -294,21 +294,11 @@ func (m *costMeter) end(ctx context.Context, own int64) dbCost {
 		return c
 	}
 	m.stopCPU(ctx)
-	switch {
-	case m.cpuErr != nil:
-		c.missing = append(c.missing, "PostgreSQL CPU: "+m.cpuErr.Error())
-	case !m.cpuRan:
-		c.missing = append(c.missing, "PostgreSQL CPU: the measured work never started")
-	default:
-		c.cpu, c.cpuOK = m.cpuSum, true
+	if c.cpuOK = c.measured("PostgreSQL CPU", m.cpuErr, m.cpuRan); c.cpuOK {
+		c.cpu = m.cpuSum
 	}
-	switch {
-	case m.walErr != nil:
-		c.missing = append(c.missing, "WAL: "+m.walErr.Error())
-	case !m.walEnded:
-		c.missing = append(c.missing, "WAL: the measured work never started")
-	default:
-		c.wal, c.walOK = int64(m.wal1-m.wal0), true
+	if c.walOK = c.measured("WAL", m.walErr, m.walEnded); c.walOK {
+		c.wal = int64(m.wal1 - m.wal0)
 	}
 	x1, err := m.r.settledXact(ctx, m.t, m.db)
 	switch {
@@ -334,6 +324,21 @@ type dbCost struct {
 	wal     int64
 	walOK   bool
 	missing []string // why a figure is absent
+}
+
+// measured reports whether a figure was taken over the measured work, and
+// otherwise records why not: its meter failed (err), or the work never
+// started while it ran (!ran).
+func (c *dbCost) measured(what string, err error, ran bool) bool {
+	switch {
+	case err != nil:
+		c.missing = append(c.missing, what+": "+err.Error())
+	case !ran:
+		c.missing = append(c.missing, what+": the measured work never started")
+	default:
+		return true
+	}
+	return false
 }
 
 // perTask adds the per-task figures to a row's samples.
