@@ -200,7 +200,7 @@ type costMeter struct {
 	cpuOn  bool // sampling
 	cpuRan bool // started at least once
 	cpuSum time.Duration
-	// WAL positions at startCPU and stopCPU (pg_current_wal_lsn): exact at
+	// WAL positions at startCPU and stopCPU (pg_current_wal_insert_lsn): exact at
 	// the moment read, unlike pg_stat_wal, which backends flush late.
 	wal0, wal1 uint64
 	walErr     error
@@ -246,23 +246,28 @@ func (m *costMeter) stopCPU(ctx context.Context) {
 	if m == nil {
 		return
 	}
-	if m.walStarted && !m.walEnded {
+	// The CPU sample first: backends that exit meanwhile lose their time.
+	if m.cpuOn {
+		m.cpu.sample(ctx)
+		m.cpuSum = m.cpu.stop()
+		m.cpuOn = false
+	}
+	// Read once: a failed read is not tried again later, over a longer window.
+	if m.walStarted && !m.walEnded && m.walErr == nil {
 		m.wal1, m.walErr = m.r.walPosition(ctx, m.t)
+		if m.walErr == nil && m.wal1 < m.wal0 {
+			m.walErr = fmt.Errorf("WAL position went back from %d to %d", m.wal0, m.wal1)
+		}
 		m.walEnded = m.walErr == nil
 	}
-	if !m.cpuOn {
-		return
-	}
-	m.cpu.sample(ctx)
-	m.cpuSum = m.cpu.stop()
-	m.cpuOn = false
 }
 
-// walPosition reads the server's current WAL insert position as a byte offset.
+// walPosition reads the server's current WAL insert position as a byte offset
+// (pg_current_wal_insert_lsn: all WAL generated so far, written out or not).
 func (r *runner) walPosition(ctx context.Context, t *target) (uint64, error) {
 	var lsn string
-	if err := t.admin.DB().QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		return 0, fmt.Errorf("pg_current_wal_lsn: %w", err)
+	if err := t.admin.DB().QueryRowContext(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("pg_current_wal_insert_lsn: %w", err)
 	}
 	return parseLSN(lsn)
 }

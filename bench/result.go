@@ -43,8 +43,8 @@ type Result struct {
 	XactPerTask    float64 `json:"xact_per_task,omitempty"`
 	PGCPUPerTaskUs float64 `json:"pg_cpu_us_per_task,omitempty"`
 	// WALPerTask is the bytes of WAL the server wrote per task while the
-	// work ran (pg_current_wal_lsn before and after); median of Runs. Unlike
-	// CPU time, it does not depend on how fast the machine is.
+	// work ran (pg_current_wal_insert_lsn before and after); median of Runs. Unlike
+	// CPU time, it depends little on how fast the machine is.
 	WALPerTask float64 `json:"wal_bytes_per_task,omitempty"`
 
 	// Summary is the table's result cell; Extra holds the scenario's other figures.
