@@ -17,61 +17,120 @@ type depthCase struct {
 	blocked  int // tasks blocked behind another process's running stage
 }
 
+// depthRounds is how many turns the cases take: each measures DepthOps/depthRounds
+// claim+finish pairs a turn.
+const depthRounds = 10
+
+// depthDB is one case's filled database and what its pairs took.
+type depthDB struct {
+	dc           depthCase
+	res          Result
+	d            dialect.Dialect
+	drop         func()
+	total, claim []time.Duration
+	err          error
+}
+
 // depth measures TaskClaim of one task plus its TaskFinish with DepthSmall and
 // DepthLarge pending tasks, and with DepthLarge tasks blocked behind a running
-// stage of another process, each in a fresh database, and gives each case's
-// median as a ratio to the small case's.
+// stage of another process, each in a database of its own, and gives each
+// case's median as a ratio to the small case's. The databases are filled first
+// and the cases then take turns, a slice of the pairs each, so that a slow
+// spell of the machine (a neighbour's burst, a checkpoint) falls on every case
+// alike rather than on whichever ran at the time: measured one after the other,
+// the small case alone moved by up to 1.7x between runs, and the ratios with it.
 func (r *runner) depth(ctx context.Context, t *target) []Result {
 	cfg := r.cfg
-	cases := []depthCase{
-		{scenario: "depth/pending-small", pending: cfg.DepthSmall},
-		{scenario: "depth/pending-large", pending: cfg.DepthLarge},
-		{scenario: "depth/blocked-large", pending: cfg.DepthSmall, blocked: cfg.DepthLarge},
+	cases := []*depthDB{
+		{dc: depthCase{scenario: "depth/pending-small", pending: cfg.DepthSmall}},
+		{dc: depthCase{scenario: "depth/pending-large", pending: cfg.DepthLarge}},
+		{dc: depthCase{scenario: "depth/blocked-large", pending: cfg.DepthSmall, blocked: cfg.DepthLarge}},
 	}
+	for _, c := range cases {
+		c.res = Result{Dialect: t.name, Scenario: c.dc.scenario, N: c.dc.pending + c.dc.blocked, Concurrency: 1}
+		r.cfg.progress("%s: %s: %d pending, %d blocked", t.name, c.dc.scenario, c.dc.pending, c.dc.blocked)
+		c.err = r.depthFill(ctx, t, c)
+	}
+	defer func() {
+		for _, c := range cases {
+			if c.drop != nil {
+				c.drop()
+			}
+		}
+	}()
+
+	r.cfg.progress("%s: depth: %d claim+finish pairs per case, in %d turns", t.name, cfg.DepthOps, depthRounds)
+	deadline := time.Now().Add(cfg.Timeout)
+	per := max(1, cfg.DepthOps/depthRounds)
+	for round := 0; round < depthRounds; round++ {
+		for i := range cases {
+			c := cases[(round+i)%len(cases)] // a different case goes first each turn
+			if c.err != nil {
+				continue
+			}
+			if round == 0 {
+				// Warm-up: the statements prepared and the pages read once.
+				if _, _, err := depthPairs(ctx, c.d, min(50, cfg.DepthOps), deadline); err != nil {
+					c.err = err
+					continue
+				}
+			}
+			total, claim, err := depthPairs(ctx, c.d, per, deadline)
+			c.total, c.claim = append(c.total, total...), append(c.claim, claim...)
+			if err != nil {
+				c.err = err
+			}
+		}
+	}
+
 	var out []Result
 	var base time.Duration
-	for _, dc := range cases {
-		res := Result{Dialect: t.name, Scenario: dc.scenario, N: dc.pending + dc.blocked, Concurrency: 1}
-		r.cfg.progress("%s: %s: %d pending, %d blocked", t.name, dc.scenario, dc.pending, dc.blocked)
-		total, claim, err := r.depthCase(ctx, t, dc, &res)
-		if err != nil {
-			res.Error = err.Error()
-			out = append(out, res)
+	for _, c := range cases {
+		res := &c.res
+		if len(c.total) < per*depthRounds {
+			res.TimedOut = true
+		}
+		if c.err == nil && len(c.total) == 0 {
+			c.err = fmt.Errorf("no claim measured within %s", cfg.Timeout)
+		}
+		if c.err != nil {
+			res.Error = c.err.Error()
+			out = append(out, *res)
 			continue
 		}
-		res.Samples = len(total)
-		p50 := percentile(total, 50)
-		res.P50Ms, res.P99Ms = ms(p50), ms(percentile(total, 99))
-		res.set("claim_p50_ms", ms(percentile(claim, 50)))
-		res.set("claim_p99_ms", ms(percentile(claim, 99)))
-		res.set("pending", dc.pending)
-		res.set("blocked", dc.blocked)
-		if dc.scenario == "depth/pending-small" {
+		res.Samples = len(c.total)
+		p50 := percentile(c.total, 50)
+		res.P50Ms, res.P99Ms = ms(p50), ms(percentile(c.total, 99))
+		res.set("claim_p50_ms", ms(percentile(c.claim, 50)))
+		res.set("claim_p99_ms", ms(percentile(c.claim, 99)))
+		res.set("pending", c.dc.pending)
+		res.set("blocked", c.dc.blocked)
+		res.set("turns", depthRounds)
+		if c.dc.scenario == "depth/pending-small" {
 			base = p50
 		}
 		res.Summary = fmt.Sprintf("claim+finish p50 %.2f ms, p99 %.2f ms", res.P50Ms, res.P99Ms)
-		if base > 0 && dc.scenario != "depth/pending-small" {
+		if base > 0 && c.dc.scenario != "depth/pending-small" {
 			res.Ratio = float64(p50) / float64(base)
 			res.Summary += fmt.Sprintf(", %.2fx the %s-task figure", res.Ratio, thousands(float64(cfg.DepthSmall)))
 		}
-		if dc.blocked > 0 {
-			res.note("%s pending + %s blocked behind another process's running stage", thousands(float64(dc.pending)), thousands(float64(dc.blocked)))
+		if c.dc.blocked > 0 {
+			res.note("%s pending + %s blocked behind another process's running stage", thousands(float64(c.dc.pending)), thousands(float64(c.dc.blocked)))
 		}
-		out = append(out, res)
+		out = append(out, *res)
 	}
 	return out
 }
 
-// depthCase fills one database and times DepthOps claim+finish pairs after a
-// short warm-up; it returns the pairs' and the claims' durations.
-func (r *runner) depthCase(ctx context.Context, t *target, dc depthCase, res *Result) (total, claim []time.Duration, err error) {
-	cfg := r.cfg
-	_, c, drop, err := t.migrated(ctx, "depth")
+// depthFill creates and fills one case's database; c.drop removes it.
+func (r *runner) depthFill(ctx context.Context, t *target, c *depthDB) error {
+	dc := c.dc
+	_, cl, drop, err := t.migrated(ctx, "depth")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	defer drop()
-	d := c.Dialect()
+	c.drop = drop
+	c.d = cl.Dialect()
 	fillStart := time.Now()
 	if dc.blocked > 0 {
 		// The other process: one task at order 100, claimed and left running by
@@ -81,56 +140,51 @@ func (r *runner) depthCase(ctx context.Context, t *target, dc depthCase, res *Re
 			{Order: &one, Tasks: []stages.Task{{Kind: kindNoop, Body: "long"}}},
 			{Order: &two, Tasks: []stages.Task{{Kind: kindNoop, Body: "noop"}}},
 		}}
-		sr, err := c.Submit(ctx, plan)
+		sr, err := cl.Submit(ctx, plan)
 		if err != nil {
-			return nil, nil, fmt.Errorf("submit the blocking process: %w", err)
+			return fmt.Errorf("submit the blocking process: %w", err)
 		}
-		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "elsewhere", Max: 1, Token: 1, Lease: time.Hour})
+		got, err := c.d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "elsewhere", Max: 1, Token: 1, Lease: time.Hour})
 		if err != nil || len(got) != 1 {
-			return nil, nil, fmt.Errorf("claim the blocking task: %v (%d claimed)", err, len(got))
+			return fmt.Errorf("claim the blocking task: %v (%d claimed)", err, len(got))
 		}
-		if err := fill(ctx, d, sr.ProcessID, two, dc.blocked-1, dialect.StateBlocked); err != nil {
-			return nil, nil, err
+		if err := fill(ctx, c.d, sr.ProcessID, two, dc.blocked-1, dialect.StateBlocked); err != nil {
+			return err
 		}
 	}
-	sr, err := c.Submit(ctx, onePlan("depth", kindNoop, "noop", 1))
+	sr, err := cl.Submit(ctx, onePlan("depth", kindNoop, "noop", 1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("submit: %w", err)
+		return fmt.Errorf("submit: %w", err)
 	}
-	if err := fill(ctx, d, sr.ProcessID, 0, dc.pending-1, dialect.StateAvailable); err != nil {
-		return nil, nil, err
+	if err := fill(ctx, c.d, sr.ProcessID, 0, dc.pending-1, dialect.StateAvailable); err != nil {
+		return err
 	}
-	res.set("fill_s", time.Since(fillStart).Seconds())
+	c.res.set("fill_s", time.Since(fillStart).Seconds())
+	return nil
+}
 
-	deadline := time.Now().Add(cfg.Timeout)
-	warm := min(50, cfg.DepthOps)
-	for i := 0; i < warm+cfg.DepthOps && time.Now().Before(deadline); i++ {
+// depthPairs times n claim+finish pairs of one task each (fewer when the
+// deadline passes) and returns the pairs' and the claims' durations.
+func depthPairs(ctx context.Context, d dialect.Dialect, n int, deadline time.Time) (total, claim []time.Duration, err error) {
+	for i := 0; i < n && time.Now().Before(deadline); i++ {
 		t0 := time.Now()
 		got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "bench", Max: 1, Token: rand.Int64N(1<<62) + 1, Lease: time.Minute})
 		if err != nil {
-			return nil, nil, fmt.Errorf("claim: %w", err)
+			return total, claim, fmt.Errorf("claim: %w", err)
 		}
 		if len(got) != 1 {
-			return nil, nil, fmt.Errorf("claim %d returned %d tasks, want 1", i, len(got))
+			return total, claim, fmt.Errorf("claim returned %d tasks, want 1", len(got))
 		}
 		if got[0].Process != "depth" {
-			return nil, nil, fmt.Errorf("claimed a task of process %q: the barrier let it through", got[0].Process)
+			return total, claim, fmt.Errorf("claimed a task of process %q: the barrier let it through", got[0].Process)
 		}
 		t1 := time.Now()
 		if err := d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: got[0].Token, Outcome: dialect.OutcomeSucceeded}); err != nil {
-			return nil, nil, fmt.Errorf("finish: %w", err)
+			return total, claim, fmt.Errorf("finish: %w", err)
 		}
 		t2 := time.Now()
-		if i >= warm {
-			claim = append(claim, t1.Sub(t0))
-			total = append(total, t2.Sub(t0))
-		}
-	}
-	if len(total) < cfg.DepthOps {
-		res.TimedOut = true
-	}
-	if len(total) == 0 {
-		return nil, nil, fmt.Errorf("no claim measured within %s", cfg.Timeout)
+		claim = append(claim, t1.Sub(t0))
+		total = append(total, t2.Sub(t0))
 	}
 	return total, claim, nil
 }
