@@ -331,6 +331,19 @@ type dbCost struct {
 	missing []string // why a figure is absent
 }
 
+// setExtras records the figures taken, whole, in row's extra fields.
+func (c *dbCost) setExtras(row *Result) {
+	if c.xactOK {
+		row.set("xacts", c.xacts)
+	}
+	if c.cpuOK {
+		row.set("pg_cpu_s", c.cpu.Seconds())
+	}
+	if c.walOK {
+		row.set("wal_bytes", c.wal)
+	}
+}
+
 // measured reports whether a figure was taken over the measured work, and
 // otherwise records why not: its meter failed (err), or the work never
 // started while it ran (!ran).

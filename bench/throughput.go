@@ -120,15 +120,7 @@ func (r *runner) throughput(ctx context.Context, t *target) []Result {
 				a.why = append(a.why, rr.cost.missing...)
 				row.set("worked", rr.sum.worked)
 				row.set("running_s", rr.sum.running.Seconds())
-				if rr.cost.xactOK {
-					row.set("xacts", rr.cost.xacts)
-				}
-				if rr.cost.cpuOK {
-					row.set("pg_cpu_s", rr.cost.cpu.Seconds())
-				}
-				if rr.cost.walOK {
-					row.set("wal_bytes", rr.cost.wal)
-				}
+				rr.cost.setExtras(row)
 				if rr.sum.worked < int64(cfg.N) {
 					row.note("%d of %d jobs worked", rr.sum.worked, cfg.N)
 				}
@@ -311,15 +303,7 @@ func recordDrain(row *Result, a *acc, d drainRun) {
 	if d.done > 0 && d.wall > 0 {
 		row.set("wall_tasks_per_s", float64(d.done)/d.wall.Seconds())
 	}
-	if d.cost.xactOK {
-		row.set("xacts", d.cost.xacts)
-	}
-	if d.cost.cpuOK {
-		row.set("pg_cpu_s", d.cost.cpu.Seconds())
-	}
-	if d.cost.walOK {
-		row.set("wal_bytes", d.cost.wal)
-	}
+	d.cost.setExtras(row)
 	if d.timedOut {
 		row.note("%d of %d done in %s", d.done, row.N, d.wall.Round(time.Second))
 	}
