@@ -12,45 +12,34 @@ import (
 // drain on each dialect that always runs here, and checks that every task is
 // counted once and, on PostgreSQL, that the drain's cost was measured.
 func TestSpreadDrain(t *testing.T) {
-	for _, name := range []string{"sqlite", "postgres"} {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			cfg := NewConfig()
-			cfg.N, cfg.SpreadProcesses, cfg.Concurrency, cfg.Timeout = 210, 7, 8, 2*time.Minute
-			var tg *target
-			if name == "postgres" {
-				tg = openPostgres(t, postgresBase())
-			} else {
-				var err error
-				if tg, err = openTarget(ctx, "sqlite", ""); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(tg.close)
+	forEachLocalTarget(t, func(t *testing.T, tg *target) {
+		name := tg.name
+		ctx := context.Background()
+		cfg := NewConfig()
+		cfg.N, cfg.SpreadProcesses, cfg.Concurrency, cfg.Timeout = 210, 7, 8, 2*time.Minute
+		r := &runner{cfg: cfg}
+		row := &Result{Dialect: name, Scenario: "drain/spread", N: cfg.N}
+		a := &acc{}
+		if err := r.spreadDrain(ctx, tg, 1, row, a); err != nil {
+			t.Fatal(err)
+		}
+		if row.Extra["done"] != 210 || row.TimedOut {
+			t.Errorf("done %v of 210, timed out %v (%s)", row.Extra["done"], row.TimedOut, row.Note)
+		}
+		if len(a.rates) != 1 || a.rates[0] <= 0 {
+			t.Errorf("rates %v", a.rates)
+		}
+		if name == "postgres" {
+			// Backend CPU is read from /proc in clock ticks (10 ms): on a fast
+			// machine 210 no-op tasks can cost less than one, so zero is a
+			// measurement; a missing figure is not.
+			if len(a.xact) != 1 || a.xact[0] <= 0 || len(a.cpu) != 1 || a.cpu[0] < 0 {
+				t.Errorf("cost per task: xact %v cpu %v (%v)", a.xact, a.cpu, a.why)
 			}
-			r := &runner{cfg: cfg}
-			row := &Result{Dialect: name, Scenario: "drain/spread", N: cfg.N}
-			a := &acc{}
-			if err := r.spreadDrain(ctx, tg, 1, row, a); err != nil {
-				t.Fatal(err)
-			}
-			if row.Extra["done"] != 210 || row.TimedOut {
-				t.Errorf("done %v of 210, timed out %v (%s)", row.Extra["done"], row.TimedOut, row.Note)
-			}
-			if len(a.rates) != 1 || a.rates[0] <= 0 {
-				t.Errorf("rates %v", a.rates)
-			}
-			if name == "postgres" {
-				// Backend CPU is read from /proc in clock ticks (10 ms): on a fast
-				// machine 210 no-op tasks can cost less than one, so zero is a
-				// measurement; a missing figure is not.
-				if len(a.xact) != 1 || a.xact[0] <= 0 || len(a.cpu) != 1 || a.cpu[0] < 0 {
-					t.Errorf("cost per task: xact %v cpu %v (%v)", a.xact, a.cpu, a.why)
-				}
-			} else if len(a.xact)+len(a.cpu) != 0 {
-				t.Errorf("SQLite has no server statistics, got xact %v cpu %v", a.xact, a.cpu)
-			}
-		})
-	}
+		} else if len(a.xact)+len(a.cpu) != 0 {
+			t.Errorf("SQLite has no server statistics, got xact %v cpu %v", a.xact, a.cpu)
+		}
+	})
 }
 
 func TestSpreadSizes(t *testing.T) {

@@ -28,6 +28,25 @@ func openPostgres(t *testing.T, dsn string) *target {
 	return tg
 }
 
+// forEachLocalTarget runs fn as a subtest on each dialect that always runs
+// here: SQLite in a temporary directory and the PostgreSQL server.
+func forEachLocalTarget(t *testing.T, fn func(t *testing.T, tg *target)) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			if name == "postgres" {
+				fn(t, openPostgres(t, postgresBase()))
+				return
+			}
+			tg, err := openTarget(context.Background(), "sqlite", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(tg.close)
+			fn(t, tg)
+		})
+	}
+}
+
 func TestParseProcStat(t *testing.T) {
 	// A command name may hold spaces and parentheses; fields count from the last ')'.
 	line := "4242 (post gres) (x)) S 1 4242 4242 0 -1 4194560 1200 0 0 0 317 42 0 0 20 0 1 0 99 1000 200 18446744073709551615\n"

@@ -13,8 +13,16 @@ import (
 // migrated opens a new SQLite queue database with the schema applied.
 func migrated(t *testing.T) dialect.Dialect {
 	t.Helper()
+	d, _ := migratedFile(t)
+	return d
+}
+
+// migratedFile is migrated, and also names the database's file.
+func migratedFile(t *testing.T) (dialect.Dialect, string) {
+	t.Helper()
 	ctx := context.Background()
-	d, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
+	path := filepath.Join(t.TempDir(), "queue.db")
+	d, err := Open(ctx, "sqlite://"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +30,7 @@ func migrated(t *testing.T) dialect.Dialect {
 	if _, err := migrations.Up(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return d, path
 }
 
 // analyzedLogs writes one Logs row for each of tasks 1 to n (first attempt,

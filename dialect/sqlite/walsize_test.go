@@ -12,15 +12,10 @@ import (
 // starts the log over and cuts the file to walSizeLimit. Claims and finishes
 // ran slower beside a WAL file left at 126 MB (Open says how much).
 func TestWALFileShrinksAfterALargeTransaction(t *testing.T) {
-	ctx := context.Background()
-	d := migrated(t)
-	db := d.DB()
+	d, path := migratedFile(t)
+	db, ctx := d.DB(), context.Background()
 	walSize := func() int64 {
-		var file string
-		if err := db.QueryRowContext(ctx, "SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file); err != nil {
-			t.Fatal(err)
-		}
-		st, err := os.Stat(file + "-wal")
+		st, err := os.Stat(path + "-wal")
 		if err != nil {
 			t.Fatal(err)
 		}
