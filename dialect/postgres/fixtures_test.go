@@ -5,9 +5,8 @@ import (
 	"testing"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/dialect/postgres"
+	"github.com/stageq/stageq/internal/dialecttest"
 	"github.com/stageq/stageq/internal/pgtest"
-	"github.com/stageq/stageq/migrations"
 )
 
 // migratedDB creates and migrates a database for one test or benchmark and
@@ -23,16 +22,8 @@ func migratedDB(b testing.TB) dialect.Dialect {
 // prefix begins the database's name.
 func migratedDSN(b testing.TB, prefix string) (dialect.Dialect, string) {
 	b.Helper()
-	ctx := context.Background()
 	dsn := pgtest.NewDatabase(b, prefix)
-	d, err := postgres.Open(ctx, dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
-	if _, err := migrations.Up(ctx, d); err != nil {
-		b.Fatal(err)
-	}
+	d := dialecttest.Migrated(b, dsn)
 	return d, dsn
 }
 

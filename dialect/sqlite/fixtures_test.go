@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/migrations"
+	"github.com/stageq/stageq/internal/dialecttest"
 )
 
 // migrated opens a new SQLite queue database with the schema applied.
@@ -20,16 +20,8 @@ func migrated(t *testing.T) dialect.Dialect {
 // migratedFile is migrated, and also names the database's file.
 func migratedFile(t *testing.T) (dialect.Dialect, string) {
 	t.Helper()
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "queue.db")
-	d, err := Open(ctx, "sqlite://"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if _, err := migrations.Up(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	d := dialecttest.Migrated(t, "sqlite://"+path)
 	return d, path
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/internal/dialecttest"
 	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/migrations"
 	schema "github.com/stageq/stageq/migrations/sqlserver"
@@ -60,16 +61,7 @@ func newServerDB(t *testing.T) (dsn string, babelfish bool) {
 func openMigrated(t *testing.T) (*SQLServer, bool) {
 	t.Helper()
 	dsn, babelfish := newServerDB(t)
-	ctx := context.Background()
-	d, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if _, err := migrations.Up(ctx, d); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return d.(*SQLServer), babelfish
+	return dialecttest.Migrated(t, dsn).(*SQLServer), babelfish
 }
 
 // skipForBabelfishGap skips a test on Babelfish that a documented gap of
