@@ -53,8 +53,8 @@ type SQLite struct {
 	holds writeHolds // atomic bodies holding the write lock (atomic.go)
 }
 
-// walSizeLimit is what a checkpoint that empties the WAL cuts its file back
-// to: four times the default auto-checkpoint's 1,000 pages of 4 KiB.
+// walSizeLimit is the size SQLite cuts a larger WAL file back to when the log
+// starts over: four times the default auto-checkpoint's 1,000 pages of 4 KiB.
 const walSizeLimit = 16 << 20
 
 // Open opens (creating if missing) the database file named by the DSN:
@@ -78,9 +78,10 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// at that size: it writes the next frames over the old ones. Claims and
 	// finishes then ran about a quarter slower and by fits (claim p50 100-190
 	// µs against 100-120 µs, 10,000 tasks beside a million blocked, in the
-	// bench's depth scenario), and the disk stayed taken. With a limit, a
-	// checkpoint that empties the log cuts the file back to it; ordinary
-	// checkpoint cycles stay under it and never truncate.
+	// bench's depth scenario), and the disk stayed taken. With a limit, the
+	// first write after a checkpoint has copied the whole log back (when the
+	// log starts over) cuts the file to it; ordinary checkpoint cycles stay
+	// under it and never truncate.
 	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
