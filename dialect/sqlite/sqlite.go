@@ -69,21 +69,33 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	for k, v := range query {
 		q[k] = v
 	}
-	// Pragmas every stageq connection needs; the user's own parameters come after.
-	q.Add("_pragma", "busy_timeout(30000)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(NORMAL)")
-	// A large transaction (a submission of a million tasks) grows the WAL file
-	// far past the 4 MiB at which checkpoints run, and SQLite keeps the file
-	// at that size: it writes the next frames over the old ones. Claims and
-	// finishes then ran about a quarter slower and by fits (claim p50 100-190
-	// µs against 100-120 µs, 10,000 tasks beside a million blocked, in the
-	// bench's depth scenario), and the disk stayed taken. With a limit, the
-	// first write after a checkpoint has copied the whole log back (when the
-	// log starts over) cuts the file to it; ordinary checkpoint cycles stay
-	// under it and never truncate.
-	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
-	q.Add("_pragma", "foreign_keys(ON)")
+	// The pragmas every stageq connection starts with. One the DSN sets itself
+	// (?_pragma=busy_timeout(5000)) replaces stageq's of that name: the driver
+	// runs the _pragma values sorted, so with both given whichever sorted last
+	// would win.
+	set := map[string]bool{}
+	for _, v := range q["_pragma"] {
+		set[pragmaName(v)] = true
+	}
+	for _, v := range []string{
+		"busy_timeout(30000)",
+		"journal_mode(WAL)",
+		"synchronous(NORMAL)",
+		// A large transaction (a submission of a million tasks) grows the WAL
+		// file far past the 4 MiB at which checkpoints run, and SQLite keeps
+		// the file at that size: it writes the next frames over the old ones.
+		// Claims and finishes then ran about a quarter slower and by fits
+		// (claim p50 100-190 µs against 100-120 µs, 10,000 tasks beside a
+		// million blocked, in the bench's depth scenario), and the disk stayed
+		// taken. With a limit, the first write after a checkpoint has copied
+		// the whole log back (when the log starts over) cuts the file to it.
+		fmt.Sprintf("journal_size_limit(%d)", walSizeLimit),
+		"foreign_keys(ON)",
+	} {
+		if !set[pragmaName(v)] {
+			q.Add("_pragma", v)
+		}
+	}
 	q.Set("_txlock", "immediate")
 	dsnFile := "file:" + path + "?" + q.Encode()
 	open := func() (*sql.DB, error) {
@@ -114,6 +126,14 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	s := &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files}
 	s.Base = s.base()
 	return s, nil
+}
+
+// pragmaName is the name a _pragma value sets: busy_timeout for
+// busy_timeout(30000) or busy_timeout=30000.
+func pragmaName(v string) string {
+	name, _, _ := strings.Cut(v, "(")
+	name, _, _ = strings.Cut(name, "=")
+	return strings.ToLower(strings.TrimSpace(name))
 }
 
 // parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and

@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -37,5 +39,48 @@ SELECT 1, 0, 'noop', hex(randomblob(1000)), 'blocked' FROM g`); err != nil {
 	}
 	if got := walSize(); got > walSizeLimit {
 		t.Fatalf("WAL file %d bytes after the log started over, want at most %d", got, walSizeLimit)
+	}
+}
+
+// TestDSNPragmasReplaceStageqs: a pragma the DSN sets replaces stageq's of the
+// same name, whichever way the two would sort (the driver runs them sorted,
+// so before, -1 lost to stageq's limit and 60000 won against 30000 by luck);
+// the others keep stageq's values.
+func TestDSNPragmasReplaceStageqs(t *testing.T) {
+	ctx := context.Background()
+	pragma := func(d interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}, name string) string {
+		t.Helper()
+		var v string
+		if err := d.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v); err != nil {
+			t.Fatalf("PRAGMA %s: %v", name, err)
+		}
+		return v
+	}
+	path := filepath.Join(t.TempDir(), "queue.db")
+	for _, c := range []struct {
+		query string
+		want  map[string]string
+	}{
+		{"", map[string]string{"journal_size_limit": "16777216", "busy_timeout": "30000", "synchronous": "1", "foreign_keys": "1", "journal_mode": "wal"}},
+		{"?_pragma=journal_size_limit(-1)&_pragma=busy_timeout(60000)", map[string]string{"journal_size_limit": "-1", "busy_timeout": "60000", "synchronous": "1"}},
+		{"?_pragma=JOURNAL_SIZE_LIMIT=0&_pragma=synchronous(FULL)", map[string]string{"journal_size_limit": "0", "busy_timeout": "30000", "synchronous": "2"}},
+	} {
+		d, err := Open(ctx, "sqlite://"+path+c.query)
+		if err != nil {
+			t.Fatalf("%q: %v", c.query, err)
+		}
+		s := d.(*SQLite)
+		for name, want := range c.want {
+			// Both pools: the queue's own connection and the bodies'.
+			if got := pragma(s.db, name); got != want {
+				t.Errorf("%q: queue connection: %s = %s, want %s", c.query, name, got, want)
+			}
+			if got := pragma(s.bodies, name); got != want {
+				t.Errorf("%q: bodies' connection: %s = %s, want %s", c.query, name, got, want)
+			}
+		}
+		d.Close()
 	}
 }
