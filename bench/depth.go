@@ -17,8 +17,8 @@ type depthCase struct {
 	blocked  int // tasks blocked behind another process's running stage
 }
 
-// depthRounds is how many turns the cases take: each measures DepthOps/depthRounds
-// claim+finish pairs a turn.
+// depthRounds is how many turns the cases take, each case measuring a tenth of
+// its DepthOps claim+finish pairs a turn (pairsInTurn).
 const depthRounds = 10
 
 // depthDB is one case's filled database and what its pairs took.
@@ -38,7 +38,8 @@ type depthDB struct {
 // and the cases then take turns, a slice of the pairs each, so that a slow
 // spell of the machine (a neighbour's burst, a checkpoint) falls on every case
 // alike rather than on whichever ran at the time: measured one after the other,
-// the small case alone moved by up to 1.7x between runs, and the ratios with it.
+// SQLite's small case alone moved by up to 1.85x between runs, and the ratios
+// with it.
 func (r *runner) depth(ctx context.Context, t *target) []Result {
 	cfg := r.cfg
 	cases := []*depthDB{
@@ -61,7 +62,6 @@ func (r *runner) depth(ctx context.Context, t *target) []Result {
 
 	r.cfg.progress("%s: depth: %d claim+finish pairs per case, in %d turns", t.name, cfg.DepthOps, depthRounds)
 	deadline := time.Now().Add(cfg.Timeout)
-	per := max(1, cfg.DepthOps/depthRounds)
 	for round := 0; round < depthRounds; round++ {
 		for i := range cases {
 			c := cases[(round+i)%len(cases)] // a different case goes first each turn
@@ -75,21 +75,34 @@ func (r *runner) depth(ctx context.Context, t *target) []Result {
 					continue
 				}
 			}
-			total, claim, err := depthPairs(ctx, c.d, per, deadline)
+			total, claim, err := depthPairs(ctx, c.d, pairsInTurn(cfg.DepthOps, round), deadline)
 			c.total, c.claim = append(c.total, total...), append(c.claim, claim...)
 			if err != nil {
 				c.err = err
 			}
 		}
 	}
+	return depthResults(cases, cfg)
+}
 
+// pairsInTurn is how many of ops pairs turn round measures: the turns share
+// them out evenly, the first ones one more when they do not divide.
+func pairsInTurn(ops, round int) int {
+	n := ops / depthRounds
+	if round < ops%depthRounds {
+		n++
+	}
+	return n
+}
+
+// depthResults gives each case's row: its figures, or its error, and the large
+// cases' ratios to the small case's median. A case that ended without an error
+// but with fewer than DepthOps pairs ran out of time.
+func depthResults(cases []*depthDB, cfg Config) []Result {
 	var out []Result
 	var base time.Duration
 	for _, c := range cases {
 		res := &c.res
-		if len(c.total) < per*depthRounds {
-			res.TimedOut = true
-		}
 		if c.err == nil && len(c.total) == 0 {
 			c.err = fmt.Errorf("no claim measured within %s", cfg.Timeout)
 		}
@@ -98,6 +111,7 @@ func (r *runner) depth(ctx context.Context, t *target) []Result {
 			out = append(out, *res)
 			continue
 		}
+		res.TimedOut = len(c.total) < cfg.DepthOps
 		res.Samples = len(c.total)
 		p50 := percentile(c.total, 50)
 		res.P50Ms, res.P99Ms = ms(p50), ms(percentile(c.total, 99))
@@ -173,7 +187,7 @@ func depthPairs(ctx context.Context, d dialect.Dialect, n int, deadline time.Tim
 			return total, claim, fmt.Errorf("claim: %w", err)
 		}
 		if len(got) != 1 {
-			return total, claim, fmt.Errorf("claim returned %d tasks, want 1", len(got))
+			return total, claim, fmt.Errorf("claim %d of %d returned %d tasks, want 1", i+1, n, len(got))
 		}
 		if got[0].Process != "depth" {
 			return total, claim, fmt.Errorf("claimed a task of process %q: the barrier let it through", got[0].Process)
