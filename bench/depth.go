@@ -49,7 +49,7 @@ func (r *runner) depth(ctx context.Context, t *target) []Result {
 	}
 	for _, c := range cases {
 		c.res = Result{Dialect: t.name, Scenario: c.dc.scenario, N: c.dc.pending + c.dc.blocked, Concurrency: 1}
-		r.cfg.progress("%s: %s: %d pending, %d blocked", t.name, c.dc.scenario, c.dc.pending, c.dc.blocked)
+		cfg.progress("%s: %s: %d pending, %d blocked", t.name, c.dc.scenario, c.dc.pending, c.dc.blocked)
 		c.err = r.depthFill(ctx, t, c)
 	}
 	defer func() {
@@ -60,7 +60,7 @@ func (r *runner) depth(ctx context.Context, t *target) []Result {
 		}
 	}()
 
-	r.cfg.progress("%s: depth: %d claim+finish pairs per case, in %d turns", t.name, cfg.DepthOps, depthRounds)
+	cfg.progress("%s: depth: %d claim+finish pairs per case, in %d turns", t.name, cfg.DepthOps, depthRounds)
 	deadline := time.Now().Add(cfg.Timeout)
 	for round := 0; round < depthRounds; round++ {
 		for i := range cases {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -72,10 +73,14 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// The pragmas every stageq connection starts with. One the DSN sets itself
 	// (?_pragma=busy_timeout(5000)) replaces stageq's of that name: the driver
 	// runs the _pragma values sorted, so with both given whichever sorted last
-	// would win.
+	// would win. The two the queue needs can only be named with their values.
 	set := map[string]bool{}
 	for _, v := range q["_pragma"] {
-		set[pragmaName(v)] = true
+		name := pragmaName(v)
+		if allowed, ok := requiredPragmas[name]; ok && !slices.Contains(allowed, strings.ToUpper(pragmaValue(v))) {
+			return nil, fmt.Errorf("%w: sqlite DSN: _pragma=%s: stageq needs %s = %s", dialect.ErrBadDSN, v, name, allowed[0])
+		}
+		set[name] = true
 	}
 	for _, v := range []string{
 		"busy_timeout(30000)",
@@ -128,12 +133,31 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	return s, nil
 }
 
+// requiredPragmas are the pragmas the queue needs, with the values a DSN may
+// give them: WAL, so that readers (bodies, dashboards) never block the one
+// writer nor wait for it; foreign keys, whose cascade deletes a schedule's
+// runs with the schedule.
+var requiredPragmas = map[string][]string{
+	"journal_mode": {"WAL"},
+	"foreign_keys": {"ON", "1", "TRUE", "YES"},
+}
+
 // pragmaName is the name a _pragma value sets: busy_timeout for
 // busy_timeout(30000) or busy_timeout=30000.
 func pragmaName(v string) string {
 	name, _, _ := strings.Cut(v, "(")
 	name, _, _ = strings.Cut(name, "=")
 	return strings.ToLower(strings.TrimSpace(name))
+}
+
+// pragmaValue is the value a _pragma value sets: 30000 for busy_timeout(30000)
+// or busy_timeout=30000; "" when it sets none (a read).
+func pragmaValue(v string) string {
+	if _, val, ok := strings.Cut(v, "("); ok {
+		return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(val), ")"))
+	}
+	_, val, _ := strings.Cut(v, "=")
+	return strings.TrimSpace(val)
 }
 
 // parseDSN splits sqlite://path?params. Both sqlite://rel/file.db and

@@ -3,9 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // TestWALFileShrinksAfterALargeTransaction: one transaction that writes far more
@@ -80,6 +83,33 @@ func TestDSNPragmasReplaceStageqs(t *testing.T) {
 			if got := pragma(s.bodies, name); got != want {
 				t.Errorf("%q: bodies' connection: %s = %s, want %s", c.query, name, got, want)
 			}
+		}
+		d.Close()
+	}
+}
+
+// TestDSNCannotTurnOffWhatTheQueueNeeds: a DSN that names journal_mode or
+// foreign_keys with another value than the queue needs is refused as a bad
+// DSN, before any file is opened; naming them with those values is allowed.
+func TestDSNCannotTurnOffWhatTheQueueNeeds(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, q := range []string{"?_pragma=journal_mode(DELETE)", "?_pragma=journal_mode=memory", "?_pragma=foreign_keys(OFF)", "?_pragma=foreign_keys=0"} {
+		path := filepath.Join(dir, "refused.db")
+		if d, err := Open(ctx, "sqlite://"+path+q); !errors.Is(err, dialect.ErrBadDSN) {
+			if d != nil {
+				d.Close()
+			}
+			t.Errorf("%q: err %v, want ErrBadDSN", q, err)
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("%q: the refused DSN created %s (%v)", q, path, err)
+		}
+	}
+	for _, q := range []string{"?_pragma=journal_mode(wal)", "?_pragma=foreign_keys=true&_pragma=JOURNAL_MODE = WAL"} {
+		d, err := Open(ctx, "sqlite://"+filepath.Join(dir, "allowed.db")+q)
+		if err != nil {
+			t.Fatalf("%q: %v", q, err)
 		}
 		d.Close()
 	}
