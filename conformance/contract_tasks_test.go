@@ -346,3 +346,53 @@ func contractWorkers(t *testing.T, db *testDB) {
 		t.Fatalf("registered again: %+v; want live (no stopped_at), concurrency 5", w)
 	}
 }
+
+// A batch that fails reports, beside its error, exactly the ends it recorded
+// (FinishResult.Committed): a dialect that splits a batch into transactions
+// (PostgreSQL's rounds when a task is named twice, SQL Server's chunks) has
+// committed the parts before the failure, and the worker must not send those
+// again, nor forget the stages they ended. Here the batch names task a twice,
+// the second time with an outcome no dialect knows: on PostgreSQL that end
+// goes in a round of its own, after the round that recorded a and b.
+func contractTaskFinishManyPartly(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	bf, ok := db.D.(dialect.BatchFinisher)
+	if !ok {
+		t.Skipf("%s records ends one at a time", db.Dialect)
+	}
+	pid := twoStages(t, db, "c-partly", 2)
+	got := claimAs(t, db, "w", 3, 10, nil)
+	if len(got) != 2 {
+		t.Fatalf("claimed %d; want the 2 order-1 tasks", len(got))
+	}
+	a, b := got[0], got[1]
+	ps := []dialect.FinishParams{
+		{TaskID: a.ID, Token: 3, ProcessID: pid, Outcome: dialect.OutcomeSucceeded},
+		{TaskID: b.ID, Token: 3, ProcessID: pid, Outcome: dialect.OutcomeSucceeded},
+		{TaskID: a.ID, Token: 9, ProcessID: pid, Outcome: dialect.Outcome("exploded")},
+	}
+	res, err := bf.TaskFinishMany(context.Background(), ps)
+	if err == nil {
+		t.Fatalf("a batch with an unknown outcome was recorded: %+v", res)
+	}
+	if res.Recorded(2, err) {
+		t.Fatalf("the end with an unknown outcome is reported recorded: %+v", res)
+	}
+	running := db.tasks(t, dialect.TaskFilter{Process: "c-partly", State: dialect.StateRunning})
+	for i, c := range []dialect.ClaimedTask{a, b} {
+		still := slices.ContainsFunc(running, func(ti dialect.TaskInfo) bool { return ti.ID == c.ID })
+		if recorded := res.Recorded(i, err); recorded == still {
+			t.Errorf("task %d: reported recorded %v, but running %v after the batch (%v)", c.ID, recorded, still, err)
+		} else if recorded && !res.Held[i] {
+			t.Errorf("task %d: recorded by its claim's token, but Held is false", c.ID)
+		}
+	}
+	if res.Recorded(0, err) && res.Recorded(1, err) {
+		// Both of order 1 ended: the result must name the process, so that
+		// the worker opens order 2 although the batch failed.
+		if _, ok := db.D.(dialect.StageAdvancer); ok && !slices.Contains(res.Advance, pid) {
+			t.Errorf("order 1 ended in the part that committed, but Advance = %v does not name process %d", res.Advance, pid)
+		}
+	}
+	t.Logf("%s: recorded a %v, b %v (%v)", db.Dialect, res.Recorded(0, err), res.Recorded(1, err), err)
+}

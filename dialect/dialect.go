@@ -110,7 +110,9 @@ type BatchFinisher interface {
 	// its own, SQLite runs such a batch entry by entry in one transaction.
 	// Held[i] reports whether ps[i]'s token still held its task
 	// (false: nothing was changed for it, as ErrLeaseLost from TaskFinish),
-	// also when ps names one task twice under two tokens.
+	// also when ps names one task twice under two tokens. With an error, the
+	// result still reports what transactions committed before it
+	// (FinishResult.Committed).
 	TaskFinishMany(ctx context.Context, ps []FinishParams) (FinishResult, error)
 }
 
@@ -120,6 +122,18 @@ type FinishResult struct {
 	// Advance lists the processes whose current stage the batch may have ended;
 	// with a StageAdvancer, pass them to StagesAdvance (the batch has committed).
 	Advance []int64
+	// Committed is set only beside an error from a batch that went in several
+	// transactions (rounds, chunks): Committed[i] says ps[i]'s end was
+	// committed before the error, and Held and Advance then cover those entries
+	// alone. Nil beside an error: nothing was recorded.
+	Committed []bool
+}
+
+// Recorded reports whether entry i's end was committed by a batch that
+// returned err: all of them without an error, those marked in Committed with
+// one.
+func (r FinishResult) Recorded(i int, err error) bool {
+	return err == nil || (i < len(r.Committed) && r.Committed[i])
 }
 
 // StageAdvancer is implemented by dialects whose completions do not move a

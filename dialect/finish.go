@@ -21,15 +21,17 @@ func NamesATaskTwice(ps []FinishParams) bool {
 // FinishInRounds calls finish, a dialect's batch of ends, once per round of
 // ps in which no task appears twice (one round when NamesATaskTwice is false),
 // in order, and gathers each round's Held in ps's order and every process of
-// their Advance once. The caller decides whether the rounds share a
-// transaction.
+// their Advance once. Each round is taken to commit on its own: when one
+// fails, the result marks the entries of the rounds before it (and what the
+// failed round reports committed of its own) in Committed, beside the error.
 func FinishInRounds(ps []FinishParams, finish func([]FinishParams) (FinishResult, error)) (FinishResult, error) {
 	if !NamesATaskTwice(ps) {
 		return finish(ps)
 	}
 	out := FinishResult{Held: make([]bool, len(ps))}
 	advance := map[int64]bool{}
-	left := make([]int, len(ps)) // indexes into ps not ended yet
+	committed := make([]bool, len(ps)) // by the rounds so far, for an error
+	left := make([]int, len(ps))       // indexes into ps not ended yet
 	for i := range left {
 		left[i] = i
 	}
@@ -49,17 +51,21 @@ func FinishInRounds(ps []FinishParams, finish func([]FinishParams) (FinishResult
 			batch[k] = ps[i]
 		}
 		res, err := finish(batch)
-		if err != nil {
-			return FinishResult{}, err
-		}
 		for k, i := range round {
-			out.Held[i] = res.Held[k]
+			if res.Recorded(k, err) {
+				committed[i] = true
+				out.Held[i] = k < len(res.Held) && res.Held[k]
+			}
 		}
 		for _, p := range res.Advance {
 			if !advance[p] {
 				advance[p] = true
 				out.Advance = append(out.Advance, p)
 			}
+		}
+		if err != nil {
+			out.Committed = committed
+			return out, err
 		}
 		left = later
 	}

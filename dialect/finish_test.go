@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"errors"
 	"slices"
 	"testing"
 )
@@ -39,5 +40,63 @@ func TestFinishInRounds(t *testing.T) {
 	}
 	if NamesATaskTwice(ps[:2]) || !NamesATaskTwice(ps) {
 		t.Error("NamesATaskTwice is wrong")
+	}
+}
+
+// TestFinishInRoundsAfterAFailure: when a round fails, the rounds before it
+// stay recorded, and so does what the failed round says it committed (a
+// dialect's chunks); the result marks those in Committed, with their Held
+// and Advance, beside the error.
+func TestFinishInRoundsAfterAFailure(t *testing.T) {
+	ps := []FinishParams{{TaskID: 1, Token: 1}, {TaskID: 2, Token: 1}, {TaskID: 1, Token: 2}, {TaskID: 3, Token: 2}, {TaskID: 1, Token: 3}}
+	boom := errors.New("connection lost")
+	round := 0
+	res, err := FinishInRounds(ps, func(part []FinishParams) (FinishResult, error) {
+		round++
+		r := FinishResult{Held: make([]bool, len(part))}
+		for k := range part {
+			r.Held[k] = true
+		}
+		switch round {
+		case 1: // tasks 1, 2 and 3
+			r.Advance = []int64{7}
+			return r, nil
+		case 2: // task 1 again: its first chunk committed, then the next failed
+			r.Committed = []bool{true}
+			r.Advance = []int64{8}
+			return r, boom
+		}
+		t.Fatalf("round %d ran after a failed one", round)
+		return r, nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v; want the failed round's", err)
+	}
+	if want := []bool{true, true, true, true, false}; !slices.Equal(res.Committed, want) {
+		t.Errorf("Committed = %v; want %v", res.Committed, want)
+	}
+	for i := range ps {
+		if res.Recorded(i, err) != res.Committed[i] || res.Held[i] != res.Committed[i] {
+			t.Errorf("entry %d: Recorded %v, Held %v; want both %v", i, res.Recorded(i, err), res.Held[i], res.Committed[i])
+		}
+	}
+	if !slices.Equal(res.Advance, []int64{7, 8}) {
+		t.Errorf("Advance = %v; want [7 8]", res.Advance)
+	}
+
+	// A failed round that committed nothing of its own.
+	round = 0
+	res, err = FinishInRounds(ps[:3], func(part []FinishParams) (FinishResult, error) {
+		round++
+		if round == 2 {
+			return FinishResult{}, boom
+		}
+		return FinishResult{Held: []bool{true, false}}, nil
+	})
+	if err == nil || !slices.Equal(res.Committed, []bool{true, true, false}) || !slices.Equal(res.Held, []bool{true, false, false}) {
+		t.Errorf("after a round that recorded nothing: %+v, %v; want Committed [true true false], Held [true false false]", res, err)
+	}
+	if !(FinishResult{}).Recorded(0, nil) || (FinishResult{}).Recorded(0, boom) {
+		t.Error("Recorded: without an error every entry is recorded; with one and no Committed, none")
 	}
 }

@@ -49,14 +49,15 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 		res, err := bf.TaskFinishMany(fctx, ps)
 		err = w.stmtErr(fctx, ctx, fmt.Sprintf("record the end of %d tasks", len(ps)), err)
 		cancel()
-		if err == nil {
-			w.advance(res.Advance)
-		}
+		// A batch that went in several transactions may have failed after some
+		// committed: those ends are recorded (sent again, they would come back
+		// as lost leases), and their stages may have ended.
+		w.advance(res.Advance)
 		for i, r := range batch {
 			switch {
-			case err != nil:
+			case !res.Recorded(i, err):
 				r.done <- err
-			case !res.Held[i]:
+			case i >= len(res.Held) || !res.Held[i]:
 				r.done <- dialect.ErrLeaseLost
 			default:
 				r.done <- nil

@@ -178,6 +178,15 @@ func (d *SQLServer) finishChunks(ctx context.Context, ps []dialect.FinishParams)
 	res := dialect.FinishResult{Held: make([]bool, len(ps))}
 	held := map[int64]bool{}
 	seen := map[int64]bool{}
+	// partial reports a failure of the chunk at ps[start:]: the chunks before
+	// it committed and stay recorded.
+	partial := func(start int, err error) (dialect.FinishResult, error) {
+		res.Committed = make([]bool, len(ps))
+		for i, fp := range ps[:start] {
+			res.Committed[i], res.Held[i] = true, held[fp.TaskID]
+		}
+		return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+	}
 	for start := 0; start < len(ps); start += maxFinishChunk {
 		chunk := ps[start:min(start+maxFinishChunk, len(ps))]
 		list := make([]finishResult, len(chunk))
@@ -189,11 +198,11 @@ func (d *SQLServer) finishChunks(ctx context.Context, ps []dialect.FinishParams)
 		}
 		body, err := json.Marshal(list)
 		if err != nil {
-			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+			return partial(start, err)
 		}
 		got, err := queryAll(ctx, d, retrySafe, d.calls.SQL(finishManySQL), scanFinishedRow, nvarchar("pResults", string(body)))
 		if err != nil {
-			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+			return partial(start, err)
 		}
 		for _, r := range got {
 			if r.task.Valid {
