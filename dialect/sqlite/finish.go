@@ -79,26 +79,26 @@ UPDATE stageq_logs INDEXED BY stageq_logs_task
 
 // A batch's successes end together, in two statements for them all instead
 // of two a task (finishOne): on a draining worker the per-statement work of
-// the engine and of database/sql was a third of SQLite's one writer. In: a
-// JSON array of [id, token] pairs. The pair test is the fence; the id test
-// beside it lets the planner search Tasks by its key for each id (the plan
-// test TestBatchSuccessSeeksTasksByKey).
+// the engine and of database/sql was a third of SQLite's one writer. In: the
+// attempts as leasePairs encodes them (pairs.go). The attempt test is the
+// fence; the id test beside it lets the planner search Tasks by its key for
+// each id (the plan test TestBatchSuccessSeeksTasksByKey).
 const (
 	finishSucceededManySQL = `
 DELETE FROM stageq_tasks
- WHERE id IN (SELECT value ->> 0 FROM json_each(?1))
-   AND (id, lease_token) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))
+ WHERE id IN (SELECT value FROM json_each(?1))
+   AND id || ':' || lease_token IN (SELECT value FROM json_each(?2))
    AND state = 'running'
 RETURNING id, lease_token, process_id`
 
-	// In: the pairs the statement above deleted. INDEXED BY: as finishLogSQL.
+	// In: the attempts the statement above deleted. INDEXED BY: as finishLogSQL.
 	finishLogSucceededManySQL = `
 UPDATE stageq_logs INDEXED BY stageq_logs_task
    SET ended_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
        outcome = 'succeeded', error = NULL, retry_at = NULL
- WHERE task_id IN (SELECT value ->> 0 FROM json_each(?1))
-   AND (task_id, lease_token) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))`
+ WHERE task_id IN (SELECT value FROM json_each(?1))
+   AND task_id || ':' || lease_token IN (SELECT value FROM json_each(?2))`
 )
 
 // TaskFinish implements dialect.Dialect.
@@ -180,48 +180,41 @@ func isPlainSuccess(fp dialect.FinishParams) bool {
 // for each whose token still held its task, and calls ended with that task's
 // process.
 func finishSucceededMany(ctx context.Context, q dialect.Querier, ps []dialect.FinishParams, held []bool, ended func(processID int64, succeeded bool)) error {
-	type attempt struct{ id, token int64 }
-	at := map[attempt]int{}
-	pairs := []byte{'['}
+	at := map[dialect.TaskLease]int{}
+	var plain []dialect.TaskLease
 	for i, fp := range ps {
 		if !isPlainSuccess(fp) {
 			continue
 		}
-		a := attempt{fp.TaskID, fp.Token}
+		a := dialect.TaskLease{ID: fp.TaskID, Token: fp.Token}
 		at[a] = i
-		if len(pairs) > 1 {
-			pairs = append(pairs, ',')
-		}
-		pairs = fmt.Appendf(pairs, "[%d,%d]", a.id, a.token)
+		plain = append(plain, a)
 	}
-	if len(at) == 0 {
+	if len(plain) == 0 {
 		return nil
 	}
-	pairs = append(pairs, ']')
 	type deleted struct {
-		attempt
+		dialect.TaskLease
 		processID int64
 	}
+	ids, attempts := leasePairs(plain)
 	gone, err := dialect.QueryAll(ctx, q, mapErr, finishSucceededManySQL, func(r *sql.Rows, d *deleted) error {
-		return r.Scan(&d.id, &d.token, &d.processID)
-	}, string(pairs))
+		return r.Scan(&d.ID, &d.Token, &d.processID)
+	}, ids, attempts)
 	if err != nil {
-		return fmt.Errorf("end %d tasks: %w", len(at), err)
+		return fmt.Errorf("end %d tasks: %w", len(plain), err)
 	}
 	if len(gone) == 0 {
 		return nil
 	}
-	done := []byte{'['}
+	done := make([]dialect.TaskLease, len(gone))
 	for k, d := range gone {
-		held[at[d.attempt]] = true
+		held[at[d.TaskLease]] = true
 		ended(d.processID, true)
-		if k > 0 {
-			done = append(done, ',')
-		}
-		done = fmt.Appendf(done, "[%d,%d]", d.id, d.token)
+		done[k] = d.TaskLease
 	}
-	done = append(done, ']')
-	if _, err := q.ExecContext(ctx, finishLogSucceededManySQL, string(done)); err != nil {
+	ids, attempts = leasePairs(done)
+	if _, err := q.ExecContext(ctx, finishLogSucceededManySQL, ids, attempts); err != nil {
 		return fmt.Errorf("log the end of %d tasks: %w", len(gone), mapErr(err))
 	}
 	return nil

@@ -8,21 +8,19 @@ import (
 )
 
 // extendSQL pushes back the leases of the attempts a worker names and returns
-// those it still holds. In: lease offset, worker, JSON array of {id, token}.
+// those it still holds. In: lease offset, worker, then the attempts as
+// leasePairs encodes them (pairs.go).
 const extendSQL = `
 UPDATE stageq_tasks SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?1)
- WHERE worker_id = ?2 AND state = 'running'
-   AND id IN (SELECT json_extract(value, '$.id') FROM json_each(?3)
-               WHERE json_extract(value, '$.token') = stageq_tasks.lease_token)
+ WHERE id IN (SELECT value FROM json_each(?3))
+   AND id || ':' || lease_token IN (SELECT value FROM json_each(?4))
+   AND worker_id = ?2 AND state = 'running'
 RETURNING id, lease_token`
 
 // TaskExtendLeases implements dialect.Dialect.
 func (s *SQLite) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
-	list, err := dialect.LeasesJSON(ep.Tasks)
-	if err != nil {
-		return nil, err
-	}
-	held, err := dialect.QueryAll(ctx, s.pool(), mapErr, extendSQL, dialect.ScanTaskLease, offset(ep.Lease), ep.WorkerID, list)
+	ids, attempts := leasePairs(ep.Tasks)
+	held, err := dialect.QueryAll(ctx, s.pool(), mapErr, extendSQL, dialect.ScanTaskLease, offset(ep.Lease), ep.WorkerID, ids, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("extend leases: %w", err)
 	}

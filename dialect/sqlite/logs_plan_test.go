@@ -20,7 +20,7 @@ func TestLogsUpdatesSeekAfterAnEarlyAnalyze(t *testing.T) {
 		args []any
 	}{
 		"finish":      {finishLogSQL, []any{"succeeded", nil, nil, 1, 1}},
-		"finish many": {finishLogSucceededManySQL, []any{"[[1,1]]"}},
+		"finish many": {finishLogSucceededManySQL, []any{"[1]", `["1:1"]`}},
 		"rescue":      {rescueLogSQL, []any{"lease expired", 1, 1}},
 	} {
 		if got := queryPlan(t, d, c.q, c.args...); !strings.Contains(got, "INDEX stageq_logs_task (task_id=?") {
@@ -34,9 +34,25 @@ func TestLogsUpdatesSeekAfterAnEarlyAnalyze(t *testing.T) {
 // still seek each task by its key, not read Tasks whole and test every row.
 func TestBatchSuccessSeeksTasksByKey(t *testing.T) {
 	d := migrated(t)
-	got := queryPlan(t, d, finishSucceededManySQL, "[[1,1],[2,1]]")
+	got := queryPlan(t, d, finishSucceededManySQL, "[1,2]", `["1:1","2:1"]`)
 	if !strings.Contains(got, "SEARCH stageq_tasks USING INTEGER PRIMARY KEY") || strings.Contains(got, "SCAN stageq_tasks") {
 		t.Errorf("plan %q, want stageq_tasks searched by its key and never scanned", got)
+	}
+}
+
+// TestExtendSeeksTasksByKey: a heartbeat extends every lease its worker holds
+// in one statement. Each task must be sought by its key, and the list of
+// attempts built once: as a subquery correlated with each of the worker's
+// tasks, it was read whole once per task (a thousand leases, a million
+// comparisons, inside SQLite's one write lock).
+func TestExtendSeeksTasksByKey(t *testing.T) {
+	d := migrated(t)
+	ids, attempts := leasePairs([]dialect.TaskLease{{ID: 1, Token: 7}, {ID: 2, Token: 7}})
+	got := queryPlan(t, d, extendSQL, "+30 seconds", "w", ids, attempts)
+	// By the key, or by the worker's index with the key (its rows end in it).
+	if !strings.Contains(got, "SEARCH stageq_tasks") || !strings.Contains(got, "rowid=?") ||
+		strings.Contains(got, "SCAN stageq_tasks") || strings.Contains(got, "CORRELATED") {
+		t.Errorf("plan %q, want stageq_tasks searched by its key and no correlated subquery", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"github.com/stageq/stageq/dialect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -51,12 +52,19 @@ func TestLogUpdatesCompileOnce(t *testing.T) {
 	setAuthorizer(authorize)
 	defer setAuthorizer(nil)
 
+	const byTaskAndToken = "INDEX stageq_logs_task (task_id=? AND lease_token=?)"
 	for name, c := range map[string]struct {
 		q    string
 		args func(id int) []any
+		seek string // what the plan must say
 	}{
-		"finish": {finishLogSQL, func(id int) []any { return []any{"succeeded", nil, nil, id, id} }},
-		"rescue": {rescueLogSQL, func(id int) []any { return []any{"lease expired", id, id} }},
+		"finish": {finishLogSQL, func(id int) []any { return []any{"succeeded", nil, nil, id, id} }, byTaskAndToken},
+		"rescue": {rescueLogSQL, func(id int) []any { return []any{"lease expired", id, id} }, byTaskAndToken},
+		// A batch seeks each task, then tests its few Logs rows for the attempt.
+		"finish many": {finishLogSucceededManySQL, func(id int) []any {
+			ids, attempts := leasePairs([]dialect.TaskLease{{ID: int64(id), Token: int64(id)}})
+			return []any{ids, attempts}
+		}, "INDEX stageq_logs_task (task_id=?)"},
 	} {
 		compiles.Store(0)
 		stmt, err := conn.PrepareContext(ctx, c.q)
@@ -81,7 +89,7 @@ func TestLogUpdatesCompileOnce(t *testing.T) {
 		if n := compiles.Load(); n != 1 {
 			t.Errorf("%s's Logs update was compiled %d times for 20 calls with an ANALYZE's samples in place, want once", name, n)
 		}
-		if got := queryPlan(t, s, c.q, c.args(1)...); !strings.Contains(got, "INDEX stageq_logs_task (task_id=? AND lease_token=?)") {
+		if got := queryPlan(t, s, c.q, c.args(1)...); !strings.Contains(got, c.seek) {
 			t.Errorf("%s's Logs update after an ANALYZE: plan %q, want a search of stageq_logs_task by the task key", name, got)
 		}
 	}
