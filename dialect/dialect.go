@@ -125,7 +125,8 @@ type FinishResult struct {
 	// Committed is set only beside an error from a batch that went in several
 	// transactions (rounds, chunks): Committed[i] says ps[i]'s end was
 	// committed before the error, and Held and Advance then cover those entries
-	// alone. Nil beside an error: nothing was recorded.
+	// alone. Nil beside an error: nothing is known to have been recorded (a
+	// commit whose answer was lost may have been).
 	Committed []bool
 }
 

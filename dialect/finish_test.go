@@ -48,7 +48,7 @@ func TestFinishInRounds(t *testing.T) {
 // dialect's chunks); the result marks those in Committed, with their Held
 // and Advance, beside the error.
 func TestFinishInRoundsAfterAFailure(t *testing.T) {
-	ps := []FinishParams{{TaskID: 1, Token: 1}, {TaskID: 2, Token: 1}, {TaskID: 1, Token: 2}, {TaskID: 3, Token: 2}, {TaskID: 1, Token: 3}}
+	ps := []FinishParams{{TaskID: 1, Token: 1}, {TaskID: 2, Token: 1}, {TaskID: 1, Token: 2}, {TaskID: 3, Token: 2}, {TaskID: 1, Token: 3}, {TaskID: 4, Token: 1}, {TaskID: 4, Token: 2}}
 	boom := errors.New("connection lost")
 	round := 0
 	res, err := FinishInRounds(ps, func(part []FinishParams) (FinishResult, error) {
@@ -58,11 +58,11 @@ func TestFinishInRoundsAfterAFailure(t *testing.T) {
 			r.Held[k] = true
 		}
 		switch round {
-		case 1: // tasks 1, 2 and 3
+		case 1: // tasks 1, 2, 3 and 4
 			r.Advance = []int64{7}
 			return r, nil
-		case 2: // task 1 again: its first chunk committed, then the next failed
-			r.Committed = []bool{true}
+		case 2: // task 1 again, and task 4: the first chunk committed, the next failed
+			r.Committed = []bool{true, false}
 			r.Advance = []int64{8}
 			return r, boom
 		}
@@ -72,7 +72,9 @@ func TestFinishInRoundsAfterAFailure(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v; want the failed round's", err)
 	}
-	if want := []bool{true, true, true, true, false}; !slices.Equal(res.Committed, want) {
+	// Round 2 was ps[2] and ps[6]: Held says true for both, but only the first
+	// committed, so the second's Held must not be taken.
+	if want := []bool{true, true, true, true, false, true, false}; !slices.Equal(res.Committed, want) {
 		t.Errorf("Committed = %v; want %v", res.Committed, want)
 	}
 	for i := range ps {

@@ -78,7 +78,9 @@ func (p *Postgres) finishMany(ctx context.Context, ps []dialect.FinishParams) (d
 	for rows.Next() {
 		var id, pid sql.NullInt64
 		if err := rows.Scan(&id, &pid); err != nil {
-			return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
+			// One statement: on any error nothing is known to have committed, so
+			// no process read so far is reported.
+			return dialect.FinishResult{}, fmt.Errorf("finish %d tasks: %w", len(ps), err)
 		}
 		if id.Valid {
 			held[id.Int64] = true
@@ -88,7 +90,7 @@ func (p *Postgres) finishMany(ctx context.Context, ps []dialect.FinishParams) (d
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
+		return dialect.FinishResult{}, fmt.Errorf("finish %d tasks: %w", len(ps), mapErr(err))
 	}
 	res.Held = make([]bool, len(ps))
 	for i, fp := range ps {
