@@ -39,8 +39,9 @@ func TasksJSON(tasks []NewTask) ([]byte, error) {
 }
 
 // LeasesJSON encodes the leases a worker extends for a dialect whose extend
-// statement reads them as one JSON array (SQLite, SQL Server): nil encodes as
-// [], not null, so the statement always sees an array.
+// statement reads them as one JSON array of {id, token} objects (SQL Server's
+// OPENJSON … WITH; SQLite passes flat arrays instead, dialect/sqlite/pairs.go):
+// nil encodes as [], not null, so the statement always sees an array.
 func LeasesJSON(tasks []TaskLease) (string, error) {
 	if tasks == nil {
 		tasks = []TaskLease{}
