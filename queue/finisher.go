@@ -68,11 +68,17 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 
 // finish records an attempt's end: through the batching finisher when there is
 // one (successes and hand-backs apart: see Worker.handBacks), otherwise
-// directly.
+// directly. Either way the statement is bounded by the statement timeout: the
+// finisher bounds each batch, so an attempt waiting on it needs no timer of
+// its own.
 func (w *Worker) finish(ctx context.Context, fp dialect.FinishParams) error {
 	defer w.cfg.Metrics.timeFinish()()
 	if w.finishes == nil {
-		if err := w.d.TaskFinish(ctx, nil, fp); err != nil {
+		fctx, cancel := w.stmtCtx(ctx)
+		err := w.d.TaskFinish(fctx, nil, fp)
+		err = w.stmtErr(fctx, ctx, "record the task's end", err)
+		cancel()
+		if err != nil {
 			return err
 		}
 		if fp.ProcessID != 0 {

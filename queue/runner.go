@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/stageq/stageq/dialect"
 )
 
@@ -14,16 +16,22 @@ import (
 // body has ended, before the end is recorded, to give the slot back.
 func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 	t := a.ClaimedTask
-	log := w.log.With().Int64("task_id", t.ID).Str("process", t.Process).Int("stage", t.Order).
-		Int("attempt", t.Attempt).Str("kind", t.Kind).Logger()
-	log.Debug().Msg("task started")
+	// The attempt's fields go on each event rather than on a derived logger:
+	// a disabled level's event is nil and adds nothing, where a derived
+	// logger encodes every field for every attempt, logged or not (0.8 µs of
+	// the worker's 17 µs of CPU per task in a no-op drain's profile).
+	log := func(e *zerolog.Event) *zerolog.Event {
+		return e.Int64("task_id", t.ID).Str("process", t.Process).Int("stage", t.Order).
+			Int("attempt", t.Attempt).Str("kind", t.Kind)
+	}
+	log(w.log.Debug()).Msg("task started")
 	began := time.Now()
 
 	finished, runErr := w.execute(ctx, a)
 	bodyDone()
 	if finished {
 		w.cfg.Metrics.ended(t, dialect.OutcomeSucceeded, time.Since(began))
-		log.Info().Dur("took", time.Since(began)).Msg("task succeeded")
+		log(w.log.Info()).Dur("took", time.Since(began)).Msg("task succeeded")
 		return
 	}
 
@@ -34,7 +42,7 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 		// The second: the body's start found the attempt already rescued, so
 		// the body never ran and there is no result to record.
 		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
-		log.Warn().Msg("lease lost while running; another worker owns the task now, result dropped")
+		log(w.log.Warn()).Msg("lease lost while running; another worker owns the task now, result dropped")
 		return
 	case runErr != nil && errors.Is(cause, errShutdown):
 		fp.Outcome = dialect.OutcomeReleased
@@ -57,18 +65,18 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 	if err := w.finishRetrying(ctx, fp); err != nil {
 		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		if errors.Is(err, dialect.ErrLeaseLost) {
-			log.Warn().Msg("lease lost before the result was recorded; another worker owns the task now")
+			log(w.log.Warn()).Msg("lease lost before the result was recorded; another worker owns the task now")
 			return
 		}
 		// The attempt leaves this worker's running set, so its lease is no
 		// longer extended: it expires and the task runs again (at-least-once).
-		log.Error().Err(err).Msg("could not record the task's end; it will run again once its lease expires")
+		log(w.log.Error()).Err(err).Msg("could not record the task's end; it will run again once its lease expires")
 		return
 	}
 	w.cfg.Metrics.ended(t, fp.Outcome, time.Since(began))
-	ev := log.Info()
+	ev := log(w.log.Info())
 	if fp.Outcome == dialect.OutcomeFailed {
-		ev = log.Warn().Str("error", fp.Error)
+		ev = log(w.log.Warn()).Str("error", fp.Error)
 		if fp.RetryAfter > 0 {
 			ev = ev.Dur("retry_in", fp.RetryAfter)
 		} else {
@@ -86,11 +94,8 @@ func (w *Worker) finishRetrying(ctx context.Context, fp dialect.FinishParams) er
 	wait := 50 * time.Millisecond
 	for {
 		// Recording the end must happen even when the task's own context was
-		// cancelled; the statement timeout bounds it.
-		fctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
-		err := w.finish(fctx, fp)
-		err = w.stmtErr(fctx, context.WithoutCancel(ctx), "record the task's end", err)
-		cancel()
+		// cancelled; the statement timeout bounds it (in finish).
+		err := w.finish(context.WithoutCancel(ctx), fp)
 		if err == nil || errors.Is(err, dialect.ErrLeaseLost) || errors.Is(err, dialect.ErrInvalid) ||
 			time.Now().Add(wait).After(giveUp) {
 			return err

@@ -91,20 +91,33 @@ func (r *runners) loop(j runJob) {
 		pprof.SetGoroutineLabels(j.ctx)
 		r.run(j)
 		j = runJob{} // an idle runner keeps no attempt alive
-		// Go 1.23 timers: Reset discards a fire that was not received.
-		timer.Reset(r.wait)
+		idleFrom := time.Now()
 		r.mu.Lock()
 		r.idle = append(r.idle, self)
 		r.mu.Unlock()
-		select {
-		case j = <-self.next:
-		case <-timer.C:
-			if r.leave(self) {
-				return
+		// The timer is not re-armed for each attempt (in a no-op drain's
+		// profile that was 0.4 µs of the worker's 17 µs of CPU per task): it
+		// runs on across attempts, and
+		// when it fires a runner that has not waited the whole of r.wait
+		// arms it for the rest and waits on.
+		for waiting := true; waiting; {
+			select {
+			case j = <-self.next:
+				waiting = false
+			case <-timer.C:
+				if left := r.wait - time.Since(idleFrom); left > 0 {
+					timer.Reset(left)
+					continue
+				}
+				if r.leave(self) {
+					return
+				}
+				timer.Reset(r.wait)
+				j = <-self.next // a start took this runner just as it timed out
+				waiting = false
+			case <-r.done:
+				return // nothing starts after stop, so nothing waits in next
 			}
-			j = <-self.next // a start took this runner just as it timed out
-		case <-r.done:
-			return // nothing starts after stop, so nothing waits in next
 		}
 	}
 }

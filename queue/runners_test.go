@@ -85,6 +85,28 @@ func TestRunnersEndWhenIdle(t *testing.T) {
 	close(r.done)
 }
 
+// TestRunnersWaitTheWholeIdleTime: the idle timer runs on while a runner
+// works, so it may fire during an attempt; the runner then waits the whole
+// idle time after the attempt before it ends, not the rest of a timer that ran
+// out while it was busy.
+func TestRunnersWaitTheWholeIdleTime(t *testing.T) {
+	const wait = time.Second
+	done := make(chan struct{})
+	r := newRunners(wait, func(runJob) {
+		time.Sleep(wait + wait/5) // the timer fires meanwhile
+		close(done)
+	})
+	r.start(runnerJob(1))
+	<-done
+	waitFor(t, "the runner did not go back to wait", func() bool { return r.idleCount() == 1 })
+	time.Sleep(wait / 10)
+	if r.idleCount() != 1 {
+		t.Fatalf("the runner ended %v after its attempt; it should wait %v", wait/10, wait)
+	}
+	within(t, 10*time.Second, "the idle runner did not end", r.wg.Wait)
+	close(r.done)
+}
+
 // TestRunnersNoAttemptLost: starts racing runners that are giving up their
 // wait (an idle time of 50 µs) each run exactly once.
 func TestRunnersNoAttemptLost(t *testing.T) {
@@ -146,15 +168,7 @@ func TestRunnersLastIdleFirst(t *testing.T) {
 		<-ran
 	}
 	release.Done()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
-			}
-		}
-	}
-	waitFor("the burst's runners did not all wait for work", func() bool { return r.idleCount() == burst })
+	waitFor(t, "the burst's runners did not all wait for work", func() bool { return r.idleCount() == burst })
 
 	// One attempt every 20 ms for 600 ms: a runner that took every sixth
 	// would never wait 150 ms.
@@ -165,5 +179,15 @@ func TestRunnersLastIdleFirst(t *testing.T) {
 	}
 	if n := r.idleCount(); n > 2 {
 		t.Fatalf("%d runners still wait after 600 ms of one attempt at a time: they took turns", n)
+	}
+}
+
+// waitFor polls cond for up to 10 s and fails with what if it never holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
 	}
 }

@@ -487,15 +487,19 @@ func (w *Worker) runAttempt(j runJob) {
 	key := dialect.TaskLease{ID: t.ID, Token: t.Token}
 	defer w.tasks.Done()
 	began := time.Now()
-	var once sync.Once
+	// Called by runTask when the body ends and again, deferred, in case it
+	// did not get that far; both on this goroutine, so a flag is enough.
+	freed := false
 	bodyDone := func() {
-		once.Do(func() {
-			w.bodies.observe(time.Since(began))
-			w.mu.Lock()
-			w.slotFreed()
-			w.mu.Unlock()
-			signal(w.slotFree)
-		})
+		if freed {
+			return
+		}
+		freed = true
+		w.bodies.observe(time.Since(began))
+		w.mu.Lock()
+		w.slotFreed()
+		w.mu.Unlock()
+		signal(w.slotFree)
 	}
 	defer func() {
 		bodyDone()
