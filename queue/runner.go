@@ -74,8 +74,10 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 		return
 	}
 	w.cfg.Metrics.ended(t, fp.Outcome, time.Since(began))
-	ev := log(w.log.Info())
-	if fp.Outcome == dialect.OutcomeFailed {
+	var ev *zerolog.Event
+	if fp.Outcome != dialect.OutcomeFailed {
+		ev = log(w.log.Info())
+	} else {
 		ev = log(w.log.Warn()).Str("error", fp.Error)
 		if fp.RetryAfter > 0 {
 			ev = ev.Dur("retry_in", fp.RetryAfter)
