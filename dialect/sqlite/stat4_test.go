@@ -2,12 +2,13 @@ package sqlite
 
 import (
 	"context"
-	"github.com/stageq/stageq/dialect"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	msqlite "modernc.org/sqlite"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // TestLogUpdatesCompileOnce: after an ANALYZE has sampled Logs (sqlite_stat4),

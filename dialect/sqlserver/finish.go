@@ -178,12 +178,19 @@ func (d *SQLServer) finishChunks(ctx context.Context, ps []dialect.FinishParams)
 	res := dialect.FinishResult{Held: make([]bool, len(ps))}
 	held := map[int64]bool{}
 	seen := map[int64]bool{}
+	// heldUpTo fills Held for ps[:n], the entries of the chunks that committed.
+	heldUpTo := func(n int) {
+		for i, fp := range ps[:n] {
+			res.Held[i] = held[fp.TaskID]
+		}
+	}
 	// partial reports a failure of the chunk at ps[start:]: the chunks before
 	// it committed and stay recorded.
 	partial := func(start int, err error) (dialect.FinishResult, error) {
+		heldUpTo(start)
 		res.Committed = make([]bool, len(ps))
-		for i, fp := range ps[:start] {
-			res.Committed[i], res.Held[i] = true, held[fp.TaskID]
+		for i := range start {
+			res.Committed[i] = true
 		}
 		return res, fmt.Errorf("finish %d tasks: %w", len(ps), err)
 	}
@@ -214,9 +221,7 @@ func (d *SQLServer) finishChunks(ctx context.Context, ps []dialect.FinishParams)
 			}
 		}
 	}
-	for i, fp := range ps {
-		res.Held[i] = held[fp.TaskID]
-	}
+	heldUpTo(len(ps))
 	return res, nil
 }
 
