@@ -28,6 +28,7 @@ func TestDialectContract(t *testing.T) {
 		"TaskFinishMany":       contractTaskFinishMany,
 		"TaskFinishManyPartly": contractTaskFinishManyPartly,
 		"TaskRescueExpired":    contractTaskRescueExpired,
+		"TaskRescueOrphans":    contractTaskRescueOrphans,
 		"Workers":              contractWorkers,
 		"ProcessGet":           contractProcessGet,
 		"ProcessSetPaused":     contractProcessSetPaused,

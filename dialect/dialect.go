@@ -73,6 +73,8 @@ type Dialect interface {
 	TaskExtendLeases(ctx context.Context, p ExtendParams) ([]TaskLease, error)
 	// TaskRescueExpired returns tasks whose lease expired to the queue (or fails
 	// them when they are out of attempts), closing their Logs rows as abandoned.
+	// A task whose process row is gone (deleted by hand) is removed instead, so
+	// that it cannot come back in every pass. It returns how many it handled.
 	TaskRescueExpired(ctx context.Context, p RescueParams) (int, error)
 
 	// WorkerRegister inserts or refreshes a worker's row.

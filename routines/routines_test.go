@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {5, "11d11431eb7dc8571c002738d08eded03426462e6a5dce9ce5090e1be3a8c22a"},
+	"postgres":  {6, "779a1d087394e4f2dfaee7d24eedf1da189ae108dd173eb8219476632311dc5a"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

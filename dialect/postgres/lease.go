@@ -34,7 +34,7 @@ func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams
 }
 
 // rescueSQL calls rescue (routines/postgres/60_rescue.sql). In: rows per pass. Out:
-// how many tasks it returned to the queue or failed.
+// how many tasks it returned to the queue, failed, or removed (their process gone).
 const rescueSQL = `SELECT stageq_routines.rescue($1)`
 
 // TaskRescueExpired implements dialect.Dialect.

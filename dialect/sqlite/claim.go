@@ -106,8 +106,8 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 			if err != nil || len(got) == 0 {
 				return err
 			}
-			out = got
-			return claimLog(ctx, q, cp, out)
+			out, err = claimLog(ctx, q, cp, got)
+			return err
 		}
 		var below sql.NullInt64 // the priority levels served so far are above this
 		for len(out) < cp.Max {
@@ -129,7 +129,9 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 		if len(out) == 0 {
 			return nil
 		}
-		return claimLog(ctx, q, cp, out)
+		var err error
+		out, err = claimLog(ctx, q, cp, out)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -137,28 +139,42 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 	return out, nil
 }
 
-// claimLog opens the Logs rows of the leased tasks and names their processes.
-func claimLog(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, out []dialect.ClaimedTask) error {
+// claimLog opens the Logs rows of the leased tasks, names their processes,
+// and returns the tasks it named. A task whose process row is gone (deleted
+// by hand with foreign keys off) is left out, leased and unlogged, as
+// PostgreSQL's claim leaves it out: it must not run for a process that no
+// longer exists, and the rescue removes it once its lease expires.
+func claimLog(ctx context.Context, q dialect.Querier, cp dialect.ClaimParams, out []dialect.ClaimedTask) ([]dialect.ClaimedTask, error) {
 	index := make(map[int64]int, len(out))
 	for i, t := range out {
 		index[t.ID] = i
 	}
 	rows, err := q.QueryContext(ctx, claimLogSQL, cp.Token, cp.WorkerID)
 	if err != nil {
-		return fmt.Errorf("claim: log start: %w", mapErr(err))
+		return nil, fmt.Errorf("claim: log start: %w", mapErr(err))
 	}
 	defer rows.Close()
+	named := make([]bool, len(out))
 	for rows.Next() {
 		var id int64
 		var name string
 		if err := rows.Scan(&id, &name); err != nil {
-			return fmt.Errorf("claim: log start: %w", err)
+			return nil, fmt.Errorf("claim: log start: %w", err)
 		}
 		if i, ok := index[id]; ok {
-			out[i].Process = name
+			out[i].Process, named[i] = name, true
 		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: log start: %w", err)
+	}
+	kept := out[:0]
+	for i, t := range out {
+		if named[i] {
+			kept = append(kept, t)
+		}
+	}
+	return kept, nil
 }
 
 // claimHead leases up to cp.Max available tasks in claim order (priority, then

@@ -42,12 +42,19 @@ const (
 )
 
 const (
-	// In: limit. Out: expired leases, oldest first (a seek on stageq_tasks_lease).
+	// In: limit. Out: expired leases, oldest first (a seek on stageq_tasks_lease),
+	// and whether the task's process is still there.
 	rescueFindSQL = `
-SELECT id, process_id, lease_token, worker_id FROM stageq_tasks
- WHERE state = 'running' AND lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now')
- ORDER BY lease_expires_at
+SELECT t.id, t.process_id, t.lease_token, t.worker_id,
+       EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = t.process_id)
+  FROM stageq_tasks t
+ WHERE t.state = 'running' AND t.lease_expires_at < strftime('%Y-%m-%d %H:%M:%f', 'now')
+ ORDER BY t.lease_expires_at
  LIMIT ?`
+	// A task whose process is gone (deleted by hand with foreign keys off, as
+	// the sqlite3 shell has them) can never run or advance: it is removed, as
+	// PostgreSQL's rescue removes one. In: id, token.
+	rescueOrphanSQL = `DELETE FROM stageq_tasks WHERE id = ?1 AND lease_token = ?2 AND state = 'running'`
 	// An expired lease counts against the task's abandon budget, not its
 	// attempts: a task out of that budget fails for good; otherwise it runs
 	// again now. In: error, id, token. Out: the error recorded.
@@ -78,6 +85,7 @@ func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams)
 		type expired struct {
 			id, process, token int64
 			worker             string
+			hasProcess         bool
 		}
 		rows, err := q.QueryContext(ctx, rescueFindSQL, rp.Max)
 		if err != nil {
@@ -86,7 +94,7 @@ func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams)
 		var found []expired
 		for rows.Next() {
 			var e expired
-			if err := rows.Scan(&e.id, &e.process, &e.token, &e.worker); err != nil {
+			if err := rows.Scan(&e.id, &e.process, &e.token, &e.worker, &e.hasProcess); err != nil {
 				rows.Close()
 				return err
 			}
@@ -97,6 +105,17 @@ func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams)
 		}
 		for _, e := range found {
 			msg := "lease expired: worker " + e.worker + " stopped extending it"
+			if !e.hasProcess {
+				msg += fmt.Sprintf("; its process (id %d) no longer exists: task removed", e.process)
+				if _, err := q.ExecContext(ctx, rescueOrphanSQL, e.id, e.token); err != nil {
+					return mapErr(err)
+				}
+				if _, err := q.ExecContext(ctx, rescueLogSQL, msg, e.id, e.token); err != nil {
+					return mapErr(err)
+				}
+				n++
+				continue
+			}
 			if err := q.QueryRowContext(ctx, rescueTaskSQL, msg, e.id, e.token).Scan(&msg); err != nil {
 				return mapErr(err)
 			}

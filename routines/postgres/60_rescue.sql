@@ -77,7 +77,31 @@ BEGIN
         -- Process rows in id order, never waiting: a process busy elsewhere is
         -- rescued by a later pass.
         PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
+        IF NOT FOUND THEN
+            CONTINUE WHEN EXISTS (SELECT 1 FROM stageq.processes WHERE id = r.process_id);
+            -- The process is gone: deleted by hand, since stageq deletes only
+            -- a process with no task left and no foreign key refuses it (see
+            -- migration 14). Its task can never run or advance; skipped, it
+            -- would come back in every pass, and enough of them would fill
+            -- each pass's p_max and keep every other expired lease, and the
+            -- slots they hold under a limit, from ever being freed. It is
+            -- removed, as the dropped key's cascade would have, and its
+            -- attempt closed.
+            DELETE FROM stageq.tasks
+             WHERE id = r.id AND CASE WHEN state = 'running' THEN lease_token END = r.lease_token
+               AND lease_expires_at < clock_timestamp();
+            IF FOUND THEN
+                UPDATE stageq.logs
+                   SET ended_at = clock_timestamp(),
+                       duration_ms = (extract(epoch FROM clock_timestamp() - started_at) * 1000)::bigint,
+                       outcome = 'abandoned',
+                       error = 'lease expired: worker ' || r.worker_id || ' stopped extending it; its process (id '
+                               || r.process_id || ') no longer exists: task removed'
+                 WHERE task_id = r.id AND lease_token = r.lease_token;
+                n := n + 1;
+            END IF;
+            CONTINUE;
+        END IF;
         UPDATE stageq.tasks
            SET state = CASE WHEN abandons + 1 >= stageq_routines.max_abandons() THEN 'failed' ELSE 'blocked' END,
                abandons = abandons + 1,
