@@ -3,9 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -288,94 +286,6 @@ func contractTaskRescueExpired(t *testing.T, db *testDB) {
 	again := claimAs(t, db, "w", 12, 10, nil)
 	if len(again) != 2 || again[0].Attempt != 2 {
 		t.Fatalf("claim after the rescue: %+v; want both tasks again, as attempt 2", again)
-	}
-}
-
-// A task whose process row was deleted by hand while it ran (PostgreSQL has
-// had no foreign key from tasks to processes since migration 14; SQLite's is
-// off in the sqlite3 shell) never holds the rescue up: its expired lease is
-// removed with the task, its attempt closed abandoned, and a pass of Max 2
-// reaches the live task behind three such leases. On SQL Server the foreign
-// key refuses the DELETE.
-func contractTaskRescueOrphans(t *testing.T, db *testDB) {
-	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
-	ctx := context.Background()
-	orphans := dialect.SubmitParams{Process: "c-orphans"}
-	for range 3 {
-		orphans.Tasks = append(orphans.Tasks, dialect.NewTask{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1})
-	}
-	res, err := db.D.Submit(ctx, nil, orphans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := 50 * time.Millisecond
-	if got, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "gone", Max: 10, Token: 21, Lease: lease}); err != nil || len(got) != 3 {
-		t.Fatalf("claim the orphans-to-be: %d, %v", len(got), err)
-	}
-	submitOneTask(t, db, "c-live")
-	live, err := db.D.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "gone", Max: 10, Token: 22, Lease: lease})
-	if err != nil || len(live) != 1 {
-		t.Fatalf("claim the live task: %d, %v", len(live), err)
-	}
-	// And a process whose task waits, to be deleted too: a claim must pass
-	// over its task, not fail on it.
-	waiting, err := db.D.Submit(ctx, nil, oneTask("c-orphan-waiting"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	del := fmt.Sprintf("DELETE FROM %s WHERE id IN (%d, %d)", db.table("processes"), res.ProcessID, waiting.ProcessID)
-	conn, err := db.D.DB().Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if db.Dialect == "sqlite" {
-		// As a DBA in the sqlite3 shell, where foreign keys are off.
-		if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
-			t.Fatal(err)
-		}
-		defer conn.ExecContext(ctx, "PRAGMA foreign_keys = ON")
-	}
-	if _, err := conn.ExecContext(ctx, del); db.Dialect == "sqlserver" {
-		if err == nil {
-			t.Fatal("SQL Server deleted a process that has tasks; want FK_Tasks_Processes to refuse it")
-		}
-		return
-	} else if err != nil {
-		t.Fatalf("delete the process by hand: %v", err)
-	}
-
-	rescued := 0
-	waitFor(t, 10*time.Second, "rescue passes of max 2 to reach the live task behind three orphans", func() bool {
-		n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 2})
-		if err != nil {
-			t.Fatalf("rescue: %v", err)
-		}
-		rescued += n
-		tk := db.tasks(t, dialect.TaskFilter{Process: "c-live"})
-		return len(tk) == 1 && tk[0].State == dialect.StateAvailable
-	})
-	if rescued != 4 {
-		t.Errorf("rescue passes counted %d tasks; want 4 (three removed, one handed back)", rescued)
-	}
-	// The live task, handed back, is claimed again; the waiting orphan is not
-	// returned (PostgreSQL leases it unseen, and a later rescue removes it).
-	if again := claimAs(t, db, "w", 23, 10, nil); len(again) != 1 || again[0].ID != live[0].ID {
-		t.Fatalf("claim after the rescue: %+v; want the live task alone", again)
-	}
-	left := db.count(t, fmt.Sprintf("SELECT count(*) FROM %s WHERE process_id = %d AND state = 'running'", db.table("tasks"), res.ProcessID))
-	if left != 0 {
-		t.Errorf("%d tasks of the deleted process are left; want them removed", left)
-	}
-	logs := db.logs(t, dialect.LogFilter{Process: "c-orphans"})
-	if len(logs) != 3 || countOutcome(logs, dialect.OutcomeAbandoned) != 3 {
-		t.Fatalf("Logs of the deleted process: %+v; want its three attempts closed abandoned", logs)
-	}
-	for _, e := range logs {
-		if !strings.Contains(e.Error, "no longer exists") {
-			t.Errorf("attempt of task %d closed with %q; want it to say the process is gone", e.TaskID, e.Error)
-		}
 	}
 }
 

@@ -107,6 +107,8 @@ func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams)
 			msg := "lease expired: worker " + e.worker + " stopped extending it"
 			if !e.hasProcess {
 				msg += fmt.Sprintf("; its process (id %d) no longer exists: task removed", e.process)
+				// No other writer since the find (one transaction, SQLite's
+				// one writer): the row is there to delete.
 				if _, err := q.ExecContext(ctx, rescueOrphanSQL, e.id, e.token); err != nil {
 					return mapErr(err)
 				}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -72,7 +73,11 @@ SELECT EXISTS (SELECT 1 FROM stageq_tasks t
 func openStageAfter(ctx context.Context, q dialect.Querier, processID int64, onlySucceeded bool) error {
 	if onlySucceeded {
 		var stays bool
-		if err := q.QueryRowContext(ctx, stageStaysSQL, processID).Scan(&stays); err != nil {
+		err := q.QueryRowContext(ctx, stageStaysSQL, processID).Scan(&stays)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // the process is gone: see openStage
+		}
+		if err != nil {
 			return fmt.Errorf("open stage: tasks left in process %d's stage: %w", processID, mapErr(err))
 		}
 		if stays {
@@ -86,7 +91,14 @@ func openStage(ctx context.Context, q dialect.Querier, processID int64) error {
 	var old, lowest sql.NullInt64
 	var paused bool
 	var weight, priority int64
-	if err := q.QueryRowContext(ctx, stageReadSQL, processID).Scan(&old, &paused, &weight, &priority); err != nil {
+	err := q.QueryRowContext(ctx, stageReadSQL, processID).Scan(&old, &paused, &weight, &priority)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Deleted by hand with foreign keys off (the sqlite3 shell's default):
+		// there is no stage to open. Failing here failed the whole finish
+		// batch or rescue pass the task was in, every time it was retried.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("open stage: read process %d: %w", processID, err)
 	}
 	if err := q.QueryRowContext(ctx, stageLowestSQL, processID).Scan(&lowest); err != nil {

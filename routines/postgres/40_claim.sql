@@ -159,6 +159,14 @@ BEGIN
             SELECT d.id, stageq_routines.vnow(p.priority)
                          + (row_number() OVER (PARTITION BY d.process_id ORDER BY d.id) - 1) * (1000000 / p.weight) AS vt
               FROM due d JOIN stageq.processes p ON p.id = d.process_id
+        ), gone AS (
+            -- A due task whose process was deleted by hand (60_rescue.sql says
+            -- how that happens) would stay scheduled and be taken into due
+            -- again by every claim, oldest first: 1,000 of them would keep
+            -- every other scheduled task from ever becoming available.
+            DELETE FROM stageq.tasks t USING due d
+             WHERE t.id = d.id
+               AND NOT EXISTS (SELECT 1 FROM stageq.processes p WHERE p.id = d.process_id)
         )
         UPDATE stageq.tasks t SET state = 'available', vtime = r.vt
           FROM ranked r WHERE t.id = r.id;

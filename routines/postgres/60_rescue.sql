@@ -79,14 +79,14 @@ BEGIN
         PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             CONTINUE WHEN EXISTS (SELECT 1 FROM stageq.processes WHERE id = r.process_id);
-            -- The process is gone: deleted by hand, since stageq deletes only
-            -- a process with no task left and no foreign key refuses it (see
-            -- migration 14). Its task can never run or advance; skipped, it
-            -- would come back in every pass, and enough of them would fill
-            -- each pass's p_max and keep every other expired lease, and the
-            -- slots they hold under a limit, from ever being freed. It is
-            -- removed, as the dropped key's cascade would have, and its
-            -- attempt closed.
+            -- Locked elsewhere, the row is still seen here (a plain read):
+            -- only a process that is gone goes on. Gone means deleted by hand,
+            -- since stageq deletes only a process with no task left, and no
+            -- foreign key refuses it (see migration 14). Its task can never
+            -- run or advance; skipped, it would come back in every pass, and
+            -- enough of them would fill each pass's p_max and keep every other
+            -- expired lease, and the slots they hold under a limit, from ever
+            -- being freed. It is removed and its attempt closed.
             DELETE FROM stageq.tasks
              WHERE id = r.id AND CASE WHEN state = 'running' THEN lease_token END = r.lease_token
                AND lease_expires_at < clock_timestamp();
