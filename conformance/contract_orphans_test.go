@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -66,6 +67,12 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 	if err != nil || len(e) != 1 {
 		t.Fatalf("claim the task to end: %+v, %v", e, err)
 	}
+	failing, err := db.D.Submit(ctx, nil, dialect.SubmitParams{Process: "c-orphan-failing",
+		Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := claimOwn("the task to fail", 27, 1)
 	retry, err := db.D.Submit(ctx, nil, dialect.SubmitParams{Process: "c-orphan-retry",
 		Tasks: []dialect.NewTask{{Order: 1, Kind: "work", Body: "x", MaxAttempts: 2}}})
 	if err != nil {
@@ -81,7 +88,7 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 		t.Fatal(err)
 	}
 
-	gone := fmt.Sprintf("%d, %d, %d, %d", res.ProcessID, retry.ProcessID, waiting.ProcessID, ending.ProcessID)
+	gone := fmt.Sprintf("%d, %d, %d, %d, %d", res.ProcessID, retry.ProcessID, waiting.ProcessID, ending.ProcessID, failing.ProcessID)
 	conn, err := db.D.DB().Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +119,13 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 	if l := db.logs(t, dialect.LogFilter{Process: "c-orphan-ending"}); len(l) != 1 || l[0].Outcome != dialect.OutcomeSucceeded {
 		t.Fatalf("Logs of the task that ended after its process went: %+v; want it succeeded", l)
 	}
+	// A failure to retry would put the task back to wait for a process that
+	// is gone: it is refused as a lost lease, and the rescue removes the task.
+	err = db.finish(ctx, dialect.FinishParams{TaskID: f[0].ID, Token: 27, ProcessID: failing.ProcessID,
+		Outcome: dialect.OutcomeFailed, Error: "boom", RetryAfter: time.Millisecond})
+	if !errors.Is(err, dialect.ErrLeaseLost) {
+		t.Fatalf("a failure to retry after the process went: %v; want ErrLeaseLost", err)
+	}
 
 	var hold interface{ Rollback() error }
 	if busy {
@@ -126,6 +140,10 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 		}
 	}
 
+	// The expired leases: three orphans', the live task's, the busy
+	// process's (PostgreSQL) and the refused failure's. Both rescues come to
+	// the three orphans before the live task: SQLite's reads by expiry, and
+	// PostgreSQL's, through tasks_running, by process, where theirs is first.
 	rescued := 0
 	waitFor(t, 10*time.Second, "rescue passes of max 2 to reach the live task behind three orphans", func() bool {
 		n, err := db.D.TaskRescueExpired(ctx, dialect.RescueParams{Max: 2})
@@ -136,8 +154,8 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 		tk := db.tasks(t, dialect.TaskFilter{Process: "c-live"})
 		return len(tk) == 1 && tk[0].State == dialect.StateAvailable
 	})
-	if rescued != 4 {
-		t.Errorf("rescue passes counted %d tasks; want 4 (three removed, one handed back)", rescued)
+	if rescued < 4 {
+		t.Errorf("rescue passes counted %d tasks; want 4 or 5 (three removed, one handed back, perhaps one more removed)", rescued)
 	}
 	logs := db.logs(t, dialect.LogFilter{Process: "c-orphans"})
 	if len(logs) != 3 || countOutcome(logs, dialect.OutcomeAbandoned) != 3 {

@@ -16,6 +16,13 @@ import (
 const (
 	finishSucceededSQL = `DELETE FROM stageq_tasks WHERE id = ? AND lease_token = ? AND state = 'running' RETURNING process_id`
 
+	// A task can go back to waiting only while its process is there. One
+	// whose process row was deleted by hand (foreign keys off) would wait for
+	// ever, so its end is refused as a lost lease, as PostgreSQL's join to
+	// the process refuses it, and the rescue removes the task once the lease
+	// has expired. A success needs no process: it deletes the task.
+	processThereSQL = `EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = stageq_tasks.process_id)`
+
 	// A task handed back is available only if its stage is still the open one:
 	// a lower order may have arrived while it ran.
 	backStateSQL = `CASE WHEN execution_order = (SELECT current_order FROM stageq_processes p
@@ -26,7 +33,7 @@ const (
 UPDATE stageq_tasks
    SET state = ` + backStateSQL + `, attempt = attempt - 1, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'
+ WHERE id = ? AND lease_token = ? AND state = 'running' AND ` + processThereSQL + `
 RETURNING process_id`
 
 	// The body's connection was lost (dialect.OutcomeAbandoned): back like a
@@ -36,7 +43,7 @@ UPDATE stageq_tasks
    SET state = CASE WHEN abandons + 1 >= ` + maxAbandonsSQL + ` THEN 'failed' ELSE ` + backStateSQL + ` END,
        abandons = abandons + 1, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), last_error = ` + abandonErrorSQL + `,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ?2 AND lease_token = ?3 AND state = 'running'
+ WHERE id = ?2 AND lease_token = ?3 AND state = 'running' AND ` + processThereSQL + `
 RETURNING process_id, last_error`
 
 	// In: retry offset, error, id, token.
@@ -44,13 +51,13 @@ RETURNING process_id, last_error`
 UPDATE stageq_tasks
    SET state = ` + backStateSQL + `, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?), last_error = ?,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'
+ WHERE id = ? AND lease_token = ? AND state = 'running' AND ` + processThereSQL + `
 RETURNING process_id, run_at`
 
 	finishFailedSQL = `
 UPDATE stageq_tasks
    SET state = 'failed', last_error = ?, worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running'
+ WHERE id = ? AND lease_token = ? AND state = 'running' AND ` + processThereSQL + `
 RETURNING process_id`
 
 	// In: outcome, error, retry time, id, token. INDEXED BY: SQLite plans by

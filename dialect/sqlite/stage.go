@@ -75,7 +75,11 @@ func openStageAfter(ctx context.Context, q dialect.Querier, processID int64, onl
 		var stays bool
 		err := q.QueryRowContext(ctx, stageStaysSQL, processID).Scan(&stays)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil // the process is gone: see openStage
+			// Deleted by hand with foreign keys off (the sqlite3 shell's
+			// default) while its task ran: that task's success is recorded,
+			// and there is no stage to open. Failing here failed the whole
+			// batch, each time it was sent again.
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("open stage: tasks left in process %d's stage: %w", processID, mapErr(err))
@@ -91,14 +95,7 @@ func openStage(ctx context.Context, q dialect.Querier, processID int64) error {
 	var old, lowest sql.NullInt64
 	var paused bool
 	var weight, priority int64
-	err := q.QueryRowContext(ctx, stageReadSQL, processID).Scan(&old, &paused, &weight, &priority)
-	if errors.Is(err, sql.ErrNoRows) {
-		// Deleted by hand with foreign keys off (the sqlite3 shell's default):
-		// there is no stage to open. Failing here failed the whole finish
-		// batch or rescue pass the task was in, every time it was retried.
-		return nil
-	}
-	if err != nil {
+	if err := q.QueryRowContext(ctx, stageReadSQL, processID).Scan(&old, &paused, &weight, &priority); err != nil {
 		return fmt.Errorf("open stage: read process %d: %w", processID, err)
 	}
 	if err := q.QueryRowContext(ctx, stageLowestSQL, processID).Scan(&lowest); err != nil {
