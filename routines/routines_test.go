@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {6, "6292158aef350c91dfc9b69a7e5bae125989f256a2ed3bc6ed6317b48c4e85e2"},
+	"postgres":  {6, "33f322db16eae32a952f61e6b434e51ee161cfd6cf249f2aad60ad097ae2bc2a"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

@@ -105,27 +105,25 @@ func (s *SQLite) TaskRescueExpired(ctx context.Context, rp dialect.RescueParams)
 		}
 		for _, e := range found {
 			msg := "lease expired: worker " + e.worker + " stopped extending it"
-			if !e.hasProcess {
-				msg += fmt.Sprintf("; its process (id %d) no longer exists: task removed", e.process)
+			if e.hasProcess {
+				if err := q.QueryRowContext(ctx, rescueTaskSQL, msg, e.id, e.token).Scan(&msg); err != nil {
+					return mapErr(err)
+				}
+			} else {
 				// No other writer since the find (one transaction, SQLite's
 				// one writer): the row is there to delete.
+				msg += fmt.Sprintf("; its process (id %d) no longer exists: task removed", e.process)
 				if _, err := q.ExecContext(ctx, rescueOrphanSQL, e.id, e.token); err != nil {
 					return mapErr(err)
 				}
-				if _, err := q.ExecContext(ctx, rescueLogSQL, msg, e.id, e.token); err != nil {
-					return mapErr(err)
-				}
-				n++
-				continue
-			}
-			if err := q.QueryRowContext(ctx, rescueTaskSQL, msg, e.id, e.token).Scan(&msg); err != nil {
-				return mapErr(err)
 			}
 			if _, err := q.ExecContext(ctx, rescueLogSQL, msg, e.id, e.token); err != nil {
 				return mapErr(err)
 			}
-			if err := openStage(ctx, q, e.process); err != nil {
-				return err
+			if e.hasProcess {
+				if err := openStage(ctx, q, e.process); err != nil {
+					return err
+				}
 			}
 			n++
 		}

@@ -52,6 +52,7 @@ DECLARE
     v_pids bigint[];
     v_body int;
     v_err text;
+    v_gone boolean; -- the task's process row is gone
 BEGIN
     FOR r IN
         SELECT e.* FROM (
@@ -77,7 +78,9 @@ BEGIN
         -- Process rows in id order, never waiting: a process busy elsewhere is
         -- rescued by a later pass.
         PERFORM 1 FROM stageq.processes WHERE id = r.process_id FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+        v_gone := NOT FOUND;
+        v_err := 'lease expired: worker ' || r.worker_id || ' stopped extending it';
+        IF v_gone THEN
             CONTINUE WHEN EXISTS (SELECT 1 FROM stageq.processes WHERE id = r.process_id);
             -- Locked elsewhere, the row is still seen here (a plain read):
             -- only a process that is gone goes on. Gone means deleted by hand,
@@ -88,31 +91,22 @@ BEGIN
             -- expired lease, and the slots they hold under a limit, from ever
             -- being freed. It is removed and its attempt closed.
             DELETE FROM stageq.tasks
+             -- Held as finish_many tests it (50_finish.sql says why).
              WHERE id = r.id AND CASE WHEN state = 'running' THEN lease_token END = r.lease_token
-               AND lease_expires_at < clock_timestamp();
-            IF FOUND THEN
-                UPDATE stageq.logs
-                   SET ended_at = clock_timestamp(),
-                       duration_ms = (extract(epoch FROM clock_timestamp() - started_at) * 1000)::bigint,
-                       outcome = 'abandoned',
-                       error = 'lease expired: worker ' || r.worker_id || ' stopped extending it; its process (id '
-                               || r.process_id || ') no longer exists: task removed'
-                 WHERE task_id = r.id AND lease_token = r.lease_token;
-                n := n + 1;
-            END IF;
-            CONTINUE;
+               AND lease_expires_at < clock_timestamp()
+            RETURNING coalesce(v_err, 'lease expired') || '; its process (id ' || r.process_id
+                      || ') no longer exists: task removed' INTO v_err;
+        ELSE
+            UPDATE stageq.tasks
+               SET state = CASE WHEN abandons + 1 >= stageq_routines.max_abandons() THEN 'failed' ELSE 'blocked' END,
+                   abandons = abandons + 1,
+                   run_at = now(),
+                   last_error = stageq_routines.abandon_error(v_err, abandons + 1),
+                   worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE id = r.id AND CASE WHEN state = 'running' THEN lease_token END = r.lease_token
+               AND lease_expires_at < clock_timestamp()
+            RETURNING last_error INTO v_err;
         END IF;
-        UPDATE stageq.tasks
-           SET state = CASE WHEN abandons + 1 >= stageq_routines.max_abandons() THEN 'failed' ELSE 'blocked' END,
-               abandons = abandons + 1,
-               run_at = now(),
-               last_error = stageq_routines.abandon_error('lease expired: worker ' || r.worker_id || ' stopped extending it',
-                                                 abandons + 1),
-               worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
-         -- Held as finish_many tests it (50_finish.sql says why).
-         WHERE id = r.id AND CASE WHEN state = 'running' THEN lease_token END = r.lease_token
-           AND lease_expires_at < clock_timestamp()
-        RETURNING last_error INTO v_err;
         IF FOUND THEN
             UPDATE stageq.logs
                SET ended_at = clock_timestamp(),
@@ -122,7 +116,9 @@ BEGIN
              WHERE task_id = r.id AND lease_token = r.lease_token;
             -- Handed back blocked: open_stage makes it available again when its
             -- stage is still the open one.
-            PERFORM stageq_routines.open_stage(r.process_id);
+            IF NOT v_gone THEN
+                PERFORM stageq_routines.open_stage(r.process_id);
+            END IF;
             n := n + 1;
         END IF;
     END LOOP;
