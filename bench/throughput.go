@@ -259,6 +259,7 @@ func (r *runner) spreadDrain(ctx context.Context, t *target, run int, row *Resul
 			return fmt.Errorf("submit %s: %w", names[i], err)
 		}
 	}
+	r.cfg.progress("%s: drain/spread run %d: enqueued; draining", t.name, run)
 	d, err := r.drain(ctx, t, dsn, c, prefix, names)
 	if err != nil {
 		return err
