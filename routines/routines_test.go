@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {6, "33f322db16eae32a952f61e6b434e51ee161cfd6cf249f2aad60ad097ae2bc2a"},
+	"postgres":  {7, "060eea6617ff07422aa171f9f49c61a2425f561fab77ac0fd278ce293902264e"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 
