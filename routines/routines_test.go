@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {7, "060eea6617ff07422aa171f9f49c61a2425f561fab77ac0fd278ce293902264e"},
+	"postgres":  {7, "bd66467e2d45c3e9b562bc14e75e8415d3063cee085e2f59eb252b1cf80d1aaa"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 
