@@ -18,13 +18,9 @@ import (
 func TestClaimMakesDueTasksAvailableByKey(t *testing.T) {
 	d := migratedDB(t)
 	const procs, due = 10000, 1000 // the claim takes at most 1,000 due tasks at a time
-	execSQL(t, d, `
-INSERT INTO stageq.processes (name, current_order)
-SELECT 'p' || g, 100 FROM generate_series(1, $1) g`, procs)
-	execSQL(t, d, `
-INSERT INTO stageq.tasks (process_id, execution_order, body, state, run_at)
-SELECT p.id, 100, 'SELECT 1', 'scheduled', now() - interval '1 minute'
-  FROM stageq.processes p`)
+	addRunnable(t, d, procs, 1)
+	// Each process's task is a retry whose backoff has just passed.
+	execSQL(t, d, `UPDATE stageq.tasks SET state = 'scheduled', run_at = now() - interval '1 minute'`)
 	analyzeOnce(t, d, "stageq.processes")
 	analyzeOnce(t, d, "stageq.tasks")
 	procsBefore := settledStats(t, d, "stageq.processes", "processes_pkey")
