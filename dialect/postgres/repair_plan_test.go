@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -13,52 +12,91 @@ import (
 // committed and its worker died before advancing). Routines version 6 examined
 // every open process on every pass: 3.2 s a pass with 50,000 open processes,
 // in each worker every heartbeat, and a pass that outlasts its timeout rolls
-// back the leases it rescued. A pass now examines a slice of at most 1,000; a
-// stage left behind is still found, by a later pass if not this one.
+// back the leases it rescued. A pass now examines a slice of at most 1,000,
+// the one after the slice its session examined last; so a stage left behind is
+// found within (open processes / 1,000) passes of a session, wherever its key
+// lies. The keys here have a gap, as in a queue that has made a million
+// processes and keeps a few old ones open: a start drawn at random each pass
+// would reach the stuck process about once in 1,000 passes.
 func TestRescueRepairsASliceOfOpenProcessesAPass(t *testing.T) {
-	ctx := context.Background()
 	d := migratedDB(t)
-	const procs, slice = 5000, 1000
-	addRunnable(t, d, procs, 1)
-	// The stage of one process ended with no advance after it: its only task
-	// is gone, and its process still shows stage 100 open.
-	var stuck int64
-	if err := d.DB().QueryRowContext(ctx, `
-DELETE FROM stageq.tasks WHERE process_id = (SELECT id FROM stageq.processes WHERE name = 'p2500')
-RETURNING process_id`).Scan(&stuck); err != nil {
-		t.Fatal(err)
-	}
+	const old, recent, slice = 10, 5000, 1000
+	addRunnable(t, d, old, 1)
+	execSQL(t, d, `SELECT setval(pg_get_serial_sequence('stageq.processes', 'id'), 1000000)`)
+	execSQL(t, d, `
+INSERT INTO stageq.processes (name, current_order)
+SELECT 'q' || g, 100 FROM generate_series(1, $1) g`, recent)
+	execSQL(t, d, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state)
+SELECT p.id, 100, 'SELECT 1', 'available' FROM stageq.processes p WHERE p.name LIKE 'q%'`)
+	stuck := loseAdvance(t, d, "q4000")
 	analyzeOnce(t, d, "stageq.processes")
 	analyzeOnce(t, d, "stageq.tasks")
 
 	before := settledStats(t, d, "stageq.processes", "processes_pkey").RowsRead
-	if _, err := d.TaskRescueExpired(ctx, dialect.RescueParams{Max: 256}); err != nil {
-		t.Fatal(err)
-	}
+	rescuePass(t, d)
 	read := settledStats(t, d, "stageq.processes", "processes_pkey").RowsRead - before
-	t.Logf("one rescue pass over %d open processes read %d process rows", procs, read)
+	t.Logf("one rescue pass over %d open processes read %d process rows", old+recent, read)
 	// The slice, and a few more to advance what it found.
 	if read > slice+100 {
-		t.Errorf("a rescue pass read %d process rows of %d open processes, want at most %d (a slice)", read, procs, slice+100)
+		t.Errorf("a rescue pass read %d process rows of %d open processes, want at most %d (a slice)", read, old+recent, slice+100)
 	}
 
-	// Each pass examines a slice from a random process on: a fifth of the
-	// processes here, so 200 passes all miss it with a chance of 0.8^200.
-	for pass := 1; ; pass++ {
-		var state string
-		if err := d.DB().QueryRowContext(ctx, `SELECT state FROM stageq.processes WHERE id = $1`, stuck).Scan(&state); err != nil {
-			t.Fatal(err)
+	// Six passes of one session go round; a test's calls may come on a few
+	// pooled sessions, each going round on its own.
+	pass := 1
+	for ; processState(t, d, stuck) != "succeeded"; pass++ {
+		if pass >= 30 {
+			t.Fatalf("after %d rescue passes the process whose stage ended is still %s", pass, processState(t, d, stuck))
 		}
-		if state == "succeeded" {
-			t.Logf("the stage left behind was repaired by pass %d", pass)
-			return
-		}
-		if pass > 200 {
-			t.Fatalf("after %d rescue passes the process whose stage ended is still %s", pass, state)
-		}
-		if _, err := d.TaskRescueExpired(ctx, dialect.RescueParams{Max: 256}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
+		rescuePass(t, d)
 	}
+	t.Logf("the stage left behind was repaired by pass %d", pass)
+}
+
+// TestRescueRepairsEveryLostAdvanceAmongFewOpenProcesses: with no more than
+// 1,000 open processes a pass examines them all, wherever its slice starts.
+func TestRescueRepairsEveryLostAdvanceAmongFewOpenProcesses(t *testing.T) {
+	d := migratedDB(t)
+	addRunnable(t, d, 900, 1)
+	var stuck []int64
+	for _, name := range []string{"p1", "p2", "p450", "p899", "p900"} {
+		stuck = append(stuck, loseAdvance(t, d, name))
+	}
+	rescuePass(t, d)
+	for i, id := range stuck {
+		if s := processState(t, d, id); s != "succeeded" {
+			t.Errorf("after one rescue pass, stuck process %d of %d is %s, want succeeded", i+1, len(stuck), s)
+		}
+	}
+}
+
+// loseAdvance deletes the one task of process name, as a finish that committed
+// and whose worker died before the advance leaves it: its stage has ended and
+// the process still shows it open. It returns the process's id.
+func loseAdvance(t *testing.T, d dialect.Dialect, name string) int64 {
+	t.Helper()
+	var id int64
+	if err := d.DB().QueryRowContext(context.Background(), `
+DELETE FROM stageq.tasks WHERE process_id = (SELECT id FROM stageq.processes WHERE name = $1)
+RETURNING process_id`, name).Scan(&id); err != nil {
+		t.Fatalf("delete the task of %s: %v", name, err)
+	}
+	return id
+}
+
+func rescuePass(t *testing.T, d dialect.Dialect) {
+	t.Helper()
+	if _, err := d.TaskRescueExpired(context.Background(), dialect.RescueParams{Max: 256}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func processState(t *testing.T, d dialect.Dialect, id int64) string {
+	t.Helper()
+	var state string
+	if err := d.DB().QueryRowContext(context.Background(), `SELECT state FROM stageq.processes WHERE id = $1`, id).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	return state
 }

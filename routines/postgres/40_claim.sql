@@ -145,7 +145,8 @@ CREATE OR REPLACE FUNCTION stageq_routines.claim(p_max integer, p_worker text, p
  -- Each join here is a key probe per row of a small batch. With a batch of
  -- 1,000 due tasks beside a tasks table of 50,000, the planner costed the
  -- probes above one walk of the whole primary key into a hash (36 ms of a
- -- 49 ms write-back, seen), and a merge join would walk it too.
+ -- 49 ms write-back, seen), and a merge join would walk it too. (claim_gated,
+ -- which sets neither, runs under these too: its one join is such a probe.)
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
 AS $function$
