@@ -231,7 +231,7 @@ type WriteLockHolder interface {
 // cancelled leave the table; their history stays in Logs.
 const (
 	StateBlocked   = "blocked"   // waiting for a lower ExecutionOrder of its process (or a pause)
-	StateScheduled = "scheduled" // its stage is open; waiting for its run_at (PostgreSQL)
+	StateScheduled = "scheduled" // its stage is open; waiting for its run_at
 	StateAvailable = "available" // may start now
 	StateRunning   = "running"   // leased to a worker
 	StateFailed    = "failed"    // out of attempts; blocks later stages

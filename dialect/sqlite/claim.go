@@ -16,14 +16,28 @@ import (
 // (stageq.claim): the available tasks of the highest process priority with the
 // lowest virtual times (fair.go) go first, one statement for all of them when
 // no limit exists; with limits, each candidate is admitted against the slots in
-// use, and one that is not loses its turn. A task whose run_at lies ahead is
-// passed over, and so is one of a kind the worker cannot run (ClaimParams.Kinds).
+// use, and one that is not loses its turn. A task of a kind the worker cannot
+// run (ClaimParams.Kinds) is passed over. A task whose run_at lies ahead waits
+// as scheduled, outside stageq_tasks_claim, and the claim first makes the due
+// ones available (claimDueSQL), so the walk meets only tasks it may take
+// (migrations/sqlite/000015_scheduled_state.up.sql).
 //
 // LIMIT CAST(? AS INTEGER), not LIMIT ?: SQLite plans a bare bound LIMIT with
 // its value and re-prepares the statement every time another value is bound,
 // which a cached statement is here to avoid. INDEXED BY: the claim must walk
 // stageq_tasks_claim in its order, never sort.
 const (
+	// Due scheduled tasks become available, oldest run_at first, a bounded
+	// number a claim: a seek on stageq_tasks_due, which holds only scheduled
+	// tasks, so it costs nothing while none is due. They keep the virtual
+	// time they were stamped with when their stage opened (a retry: its first
+	// turn's), as they did while they waited available.
+	claimDueSQL = `
+UPDATE stageq_tasks SET state = 'available'
+ WHERE id IN (SELECT id FROM stageq_tasks INDEXED BY stageq_tasks_due
+               WHERE state = 'scheduled' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+               ORDER BY run_at
+               LIMIT 1000)`
 	// Are limits defined (a limit row or a capped process)? Without any, every
 	// task is admitted and a priority level is leased by one UPDATE.
 	claimGatedSQL = `SELECT EXISTS (SELECT 1 FROM stageq_limits)
@@ -33,7 +47,6 @@ const (
 	claimTopSQL = `
 SELECT process_priority FROM stageq_tasks INDEXED BY stageq_tasks_claim
  WHERE state = 'available' AND (?1 IS NULL OR process_priority < ?1)
-   AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
    AND (?2 IS NULL OR kind IN (SELECT value FROM json_each(?2)))
  ORDER BY process_priority DESC, vtime, id
  LIMIT 1`
@@ -46,7 +59,6 @@ UPDATE stageq_tasks
        lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?3)
  WHERE id IN (SELECT id FROM stageq_tasks INDEXED BY stageq_tasks_claim
                WHERE state = 'available'
-                 AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
                  AND (?5 IS NULL OR kind IN (SELECT value FROM json_each(?5)))
                ORDER BY process_priority DESC, vtime, id
                LIMIT CAST(?4 AS INTEGER))
@@ -58,7 +70,6 @@ RETURNING id, process_id, execution_order, kind, body, attempt, max_attempts, at
 SELECT t.id, t.process_id, t.kind, t.limit_key, p.max_parallel, p.weight
   FROM stageq_tasks t INDEXED BY stageq_tasks_claim JOIN stageq_processes p ON p.id = t.process_id
  WHERE t.state = 'available' AND t.process_priority = ?1
-   AND t.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
    AND t.process_id NOT IN (SELECT value FROM json_each(?3))
    AND coalesce(t.limit_key, '') NOT IN (SELECT value FROM json_each(?4))
    AND t.kind NOT IN (SELECT value FROM json_each(?5))
@@ -97,6 +108,9 @@ RETURNING task_id, process_name`
 func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
 	var out []dialect.ClaimedTask
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
+		if _, err := q.ExecContext(ctx, claimDueSQL); err != nil {
+			return fmt.Errorf("claim: due tasks: %w", mapErr(err))
+		}
 		var gated bool
 		if err := q.QueryRowContext(ctx, claimGatedSQL).Scan(&gated); err != nil {
 			return fmt.Errorf("claim: limits: %w", mapErr(err))

@@ -46,12 +46,16 @@ UPDATE stageq_tasks
  WHERE id = ?2 AND lease_token = ?3 AND state = 'running' AND ` + processThereSQL + `
 RETURNING process_id, last_error`
 
+	// A retry backs off: its task waits scheduled until its run_at (claim.go).
 	// In: retry offset, error, id, token.
 	finishRetrySQL = `
 UPDATE stageq_tasks
-   SET state = ` + backStateSQL + `, run_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?), last_error = ?,
+   SET state = CASE WHEN ` + backStateSQL + ` = 'blocked' THEN 'blocked'
+                    WHEN strftime('%Y-%m-%d %H:%M:%f', 'now', ?1) > strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 'scheduled'
+                    ELSE 'available' END,
+       run_at = strftime('%Y-%m-%d %H:%M:%f', 'now', ?1), last_error = ?2,
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
- WHERE id = ? AND lease_token = ? AND state = 'running' AND ` + processThereSQL + `
+ WHERE id = ?3 AND lease_token = ?4 AND state = 'running' AND ` + processThereSQL + `
 RETURNING process_id, run_at`
 
 	finishFailedSQL = `

@@ -31,7 +31,7 @@ UPDATE stageq_processes
 WITH w AS (
     SELECT id, row_number() OVER (ORDER BY vtime, id) AS rk,
            min(vtime) OVER () AS base
-      FROM stageq_tasks WHERE process_id = ?1 AND state = 'available'
+      FROM stageq_tasks WHERE process_id = ?1 AND state IN ('available', 'scheduled')
 )
 UPDATE stageq_tasks
    SET vtime = (SELECT base + (rk - 1) * ?2 FROM w WHERE w.id = stageq_tasks.id)

@@ -10,7 +10,7 @@ import (
 )
 
 // The stage barrier. A process's tasks of its lowest ExecutionOrder are
-// 'available'; all higher ones wait 'blocked', and so does every task of a
+// 'available' ('scheduled' until their run_at); all higher ones wait 'blocked', and so does every task of a
 // paused process. openStage re-derives that after anything that can change the
 // lowest order (a submission, a task leaving, an operator's command), always
 // inside the caller's write transaction. Each statement is a seek on
@@ -23,11 +23,11 @@ UPDATE stageq_processes
    SET current_order = NULL, state = 'succeeded',
        updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), finished_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
  WHERE id = ? AND state IN ('active', 'failed')`
-	stagePauseSQL = `UPDATE stageq_tasks SET state = 'blocked' WHERE process_id = ? AND state = 'available'`
+	stagePauseSQL = `UPDATE stageq_tasks SET state = 'blocked' WHERE process_id = ? AND state IN ('available', 'scheduled')`
 	// A lower order arrived: tasks above it that have not started wait again.
 	stageBlockSQL = `
 UPDATE stageq_tasks SET state = 'blocked'
- WHERE process_id = ? AND execution_order > ? AND state = 'available'`
+ WHERE process_id = ? AND execution_order > ? AND state IN ('available', 'scheduled')`
 	// Opening a stage stamps its blocked tasks' turns from the current virtual
 	// time, in their own priority order. In: process, order, base, stride,
 	// process priority. Out: how many opened.
@@ -38,7 +38,8 @@ WITH b AS (
      WHERE process_id = ?1 AND execution_order = ?2 AND state = 'blocked'
 )
 UPDATE stageq_tasks
-   SET state = 'available', vtime = ?3 + ((SELECT rk FROM b WHERE b.id = stageq_tasks.id) - 1) * ?4,
+   SET state = CASE WHEN run_at > strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 'scheduled' ELSE 'available' END,
+       vtime = ?3 + ((SELECT rk FROM b WHERE b.id = stageq_tasks.id) - 1) * ?4,
        process_priority = ?5
  WHERE id IN (SELECT id FROM b)`
 	// In: process, order. A seek on stageq_tasks_blocked: opening a stage

@@ -15,16 +15,21 @@ const (
 	processCreateSQL = `INSERT INTO stageq_processes (name) VALUES (?) RETURNING id, current_order, paused, weight, priority`
 	// In: process, order, kind, body, state, priority, max_attempts, atomic,
 	// run_at (NULL: now plus the offset that follows), limit key ("": none),
-	// virtual time, process priority. Out: the new id.
+	// virtual time, process priority. Out: the new id. A task of the open
+	// stage whose run_at lies ahead waits as scheduled (claim.go).
 	taskInsertSQL = `
 INSERT INTO stageq_tasks (process_id, execution_order, kind, body, state, priority, max_attempts, atomic, run_at, limit_key,
                           vtime, process_priority)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%d %H:%M:%f', 'now', ?)), nullif(?, ''), ?, ?)
+SELECT ?1, ?2, ?3, ?4,
+       CASE WHEN ?5 = 'available' AND r.at > strftime('%Y-%m-%d %H:%M:%f', 'now') THEN 'scheduled' ELSE ?5 END,
+       ?6, ?7, ?8, r.at, nullif(?11, ''), ?12, ?13
+  FROM (SELECT coalesce(?9, strftime('%Y-%m-%d %H:%M:%f', 'now', ?10)) AS at) r
 RETURNING id`
 )
 
 // Submit implements dialect.Dialect. Tasks of the stage that is open after the
-// submission start available and the rest blocked; openStage then blocks again
+// submission start available (scheduled, if their run_at lies ahead) and the
+// rest blocked; openStage then blocks again
 // a started stage above a newly arrived lower order.
 func (s *SQLite) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
 	var res dialect.SubmitResult
