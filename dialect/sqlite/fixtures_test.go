@@ -11,14 +11,14 @@ import (
 )
 
 // migrated opens a new SQLite queue database with the schema applied.
-func migrated(t *testing.T) dialect.Dialect {
+func migrated(t testing.TB) dialect.Dialect {
 	t.Helper()
 	d, _ := migratedFile(t)
 	return d
 }
 
 // migratedFile is migrated, and also names the database's file.
-func migratedFile(t *testing.T) (dialect.Dialect, string) {
+func migratedFile(t testing.TB) (dialect.Dialect, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "queue.db")
 	d := dialecttest.Migrated(t, "sqlite://"+path)
