@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {7, "f0a059bd15ecf8f94235c4bd817bf7e5578aad97e48c9560c5136a77c14a7d3d"},
+	"postgres":  {8, "97833a39903b3f65ade4d92a6bb725ceaa0039be10e433a5387fa644007f539a"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

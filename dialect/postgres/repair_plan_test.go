@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stageq/stageq/dialect"
@@ -67,6 +68,27 @@ func TestRescueRepairsEveryLostAdvanceAmongFewOpenProcesses(t *testing.T) {
 	for i, id := range stuck {
 		if s := processState(t, d, id); s != "succeeded" {
 			t.Errorf("after one rescue pass, stuck process %d of %d is %s, want succeeded", i+1, len(stuck), s)
+		}
+	}
+}
+
+// TestRescueRepairsWhateverTheSessionSettingHolds: the place a session's
+// passes have reached is a setting (stageq.repair_after) that anything else
+// may have set first: a role's or a database's SET of the same name, a
+// client's. Version 7 cast it to a number as it was, so text there failed
+// every rescue pass of that session, leases and all. Now the pass starts at
+// random instead, and still repairs.
+func TestRescueRepairsWhateverTheSessionSettingHolds(t *testing.T) {
+	d := migratedDB(t)
+	addRunnable(t, d, 20, 1)
+	// Each statement on a new session, which starts with the database's value.
+	d.DB().SetMaxIdleConns(0)
+	for i, v := range []string{"not a key", "-5", "99999999999999999999", "12abc"} {
+		stuck := loseAdvance(t, d, fmt.Sprintf("p%d", i+1))
+		execSQL(t, d, fmt.Sprintf(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %%I SET stageq.repair_after = %%L', current_database(), '%s'); END $$`, v))
+		rescuePass(t, d)
+		if s := processState(t, d, stuck); s != "succeeded" {
+			t.Errorf("with stageq.repair_after = %q, the pass left the process whose stage ended %s", v, s)
 		}
 	}
 }

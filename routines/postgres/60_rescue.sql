@@ -55,6 +55,7 @@ DECLARE
     v_gone boolean; -- the task's process row is gone
     v_start bigint;
     v_last bigint;
+    v_after text := current_setting('stageq.repair_after', true);
 BEGIN
     FOR r IN
         SELECT e.* FROM (
@@ -141,8 +142,13 @@ BEGIN
     -- the processes just after a gap in the keys: with a few old processes
     -- open and 50,000 among the newest of a million made, each of those but
     -- the first thousand would be examined about once in 1,000 passes.
-    v_start := coalesce(nullif(current_setting('stageq.repair_after', true), '')::bigint + 1,
-                        floor(random() * ((SELECT max(p.id) FROM stageq.processes p) + 1))::bigint);
+    -- Anything but a key in the setting (a role's or database's SET of the
+    -- same name, say) counts as none: cast as it was, it failed every pass
+    -- (routines version 7).
+    v_start := CASE WHEN v_after ~ '^[0-9]{1,18}$' THEN v_after::bigint + 1 END;
+    IF v_start IS NULL THEN
+        v_start := floor(random() * ((SELECT max(p.id) FROM stageq.processes p) + 1))::bigint;
+    END IF;
     SELECT array_agg(s.id) FILTER (WHERE s.ended),
            (array_agg(s.id ORDER BY s.wrapped DESC, s.id DESC))[1]
       INTO v_pids, v_last
