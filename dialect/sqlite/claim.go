@@ -29,15 +29,34 @@ import (
 const (
 	// Due scheduled tasks become available, oldest run_at first, a bounded
 	// number a claim: a seek on stageq_tasks_due, which holds only scheduled
-	// tasks, so it costs nothing while none is due. They keep the virtual
-	// time they were stamped with when their stage opened (a retry: its first
-	// turn's), as they did while they waited available.
+	// tasks, so it costs nothing while none is due. As PostgreSQL's claim
+	// does, each is stamped with its priority's current virtual time (vnowSQL
+	// written out), its process's due tasks spaced by its stride: it takes its
+	// turn at the head, not the turn of its first attempt. (A task whose
+	// process row was deleted by hand, foreign keys off, becomes available
+	// too; claimLog leaves it out and the rescue removes it.) MATERIALIZED:
+	// the UPDATE turns the rows that due selects, so due must be read once.
 	claimDueSQL = `
-UPDATE stageq_tasks SET state = 'available'
- WHERE id IN (SELECT id FROM stageq_tasks INDEXED BY stageq_tasks_due
-               WHERE state = 'scheduled' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
-               ORDER BY run_at
-               LIMIT 1000)`
+WITH due AS MATERIALIZED (
+    SELECT d.id, d.priority,
+           (row_number() OVER (PARTITION BY d.process_id ORDER BY d.id) - 1) * (1000000 / max(d.weight, 1)) AS step
+      FROM (SELECT t.id, t.process_id, t.process_priority AS priority, coalesce(p.weight, 1) AS weight
+              FROM stageq_tasks t INDEXED BY stageq_tasks_due LEFT JOIN stageq_processes p ON p.id = t.process_id
+             WHERE t.state = 'scheduled' AND t.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+             ORDER BY t.run_at
+             LIMIT 1000) d
+), head AS MATERIALIZED (
+    SELECT h.priority,
+           coalesce((SELECT vtime FROM stageq_tasks INDEXED BY stageq_tasks_claim
+                      WHERE state = 'available' AND process_priority = h.priority
+                      ORDER BY process_priority DESC, vtime, id LIMIT 1),
+                    (SELECT v FROM stageq_vclock)) AS vnow
+      FROM (SELECT DISTINCT priority FROM due) h
+)
+UPDATE stageq_tasks
+   SET state = 'available',
+       vtime = (SELECT h.vnow + d.step FROM due d JOIN head h ON h.priority = d.priority WHERE d.id = stageq_tasks.id)
+ WHERE id IN (SELECT id FROM due)`
 	// Are limits defined (a limit row or a capped process)? Without any, every
 	// task is admitted and a priority level is leased by one UPDATE.
 	claimGatedSQL = `SELECT EXISTS (SELECT 1 FROM stageq_limits)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -206,4 +207,102 @@ func claimIDs(t *testing.T, d dialect.Dialect, token int64) []int64 {
 		ids = append(ids, c.ID)
 	}
 	return ids
+}
+
+// TestDueRetryTakesTheHeadsTurn: a retry that comes due is stamped with its
+// priority's current virtual time, as PostgreSQL's claim stamps it, not left
+// with the turn of its first attempt, which lies behind every task that
+// waited meanwhile.
+func TestDueRetryTakesTheHeadsTurn(t *testing.T) {
+	ctx := context.Background()
+	d := migrated(t)
+	db := d.DB()
+	tasks := make([]dialect.NewTask, 4)
+	for i := range tasks {
+		tasks[i] = dialect.NewTask{Order: 100, Kind: "sql", Body: fmt.Sprintf("SELECT %d", i), MaxAttempts: 3}
+	}
+	res, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "p", Tasks: tasks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 1, Lease: time.Minute})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	var first int64
+	if err := db.QueryRowContext(ctx, `SELECT vtime FROM stageq_tasks WHERE id = ?`, got[0].ID).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: got[0].ID, Token: 1, ProcessID: res.ProcessID,
+		Outcome: dialect.OutcomeFailed, Error: "boom", RetryAfter: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	wantStates(t, d, map[int64]string{got[0].ID: "scheduled"})
+	var head int64
+	if err := db.QueryRowContext(ctx, `SELECT min(vtime) FROM stageq_tasks WHERE state = 'available'`).Scan(&head); err != nil {
+		t.Fatal(err)
+	}
+	if head <= first {
+		t.Fatalf("the head's turn %d is not after the first attempt's %d: the test shows nothing", head, first)
+	}
+	time.Sleep(100 * time.Millisecond)
+	// The due step runs first; the claim then takes one task.
+	if _, err := d.TaskClaim(ctx, dialect.ClaimParams{WorkerID: "w", Max: 1, Token: 2, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	var vtime int64
+	if err := db.QueryRowContext(ctx, `SELECT state, vtime FROM stageq_tasks WHERE id = ?`, got[0].ID).Scan(&state, &vtime); err != nil {
+		t.Fatal(err)
+	}
+	// The claim took one task at the head: the due retry (stamped at the
+	// head, and the lowest id there) or the task that was the head.
+	if vtime != head {
+		t.Errorf("the due retry's turn is %d (%s), want the head's %d; its first attempt's was %d", vtime, state, head, first)
+	}
+}
+
+// TestDueTasksBecomeAvailableAThousandAClaim: a claim makes at most 1,000 due
+// tasks available, each process's spaced by its stride from the head's turn;
+// the next claim goes on with the rest.
+func TestDueTasksBecomeAvailableAThousandAClaim(t *testing.T) {
+	ctx := context.Background()
+	d := migrated(t)
+	db := d.DB()
+	// Due one process after another, so that a claim's thousand are a's and b's.
+	for i, p := range []string{"a", "b", "c"} {
+		tasks := make([]dialect.NewTask, 500)
+		for j := range tasks {
+			tasks[j] = dialect.NewTask{Order: 100, Kind: "sql", Body: "SELECT 1", MaxAttempts: 3, Delay: time.Duration(50+20*i) * time.Millisecond}
+		}
+		if _, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: p, Tasks: tasks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(150 * time.Millisecond)
+	count := func(state string) int {
+		var n int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM stageq_tasks WHERE state = ?`, state).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	claimIDs(t, d, 1)
+	if s, a, r := count("scheduled"), count("available"), count("running"); s != 500 || a+r != 1000 {
+		t.Fatalf("after one claim: %d scheduled, %d available, %d running; want 500 still scheduled", s, a, r)
+	}
+	claimIDs(t, d, 2)
+	if s := count("scheduled"); s != 0 {
+		t.Fatalf("after two claims %d tasks are still scheduled", s)
+	}
+	// Per process, the turns are distinct and a stride apart.
+	var bad int
+	if err := db.QueryRowContext(ctx, `
+SELECT count(*) FROM (SELECT process_id, vtime - lag(vtime) OVER (PARTITION BY process_id ORDER BY vtime) AS gap
+                        FROM stageq_tasks) WHERE gap IS NOT NULL AND gap <> 1000000`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Errorf("%d tasks are not a stride after their process's previous one", bad)
+	}
 }
