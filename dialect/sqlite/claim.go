@@ -32,16 +32,14 @@ const (
 	// tasks, so it costs nothing while none is due. As PostgreSQL's claim
 	// does, each is stamped with its priority's current virtual time (vnowSQL
 	// written out), its process's due tasks spaced by its stride: it takes its
-	// turn at the head, not the turn of its first attempt. (A task whose
-	// process row was deleted by hand, foreign keys off, becomes available
-	// too; claimLog leaves it out and the rescue removes it.) MATERIALIZED:
-	// the UPDATE turns the rows that due selects, so due must be read once.
+	// turn at the head, not the turn of its first attempt. MATERIALIZED: the
+	// UPDATE turns the rows that due selects, so due must be read once.
 	claimDueSQL = `
 WITH due AS MATERIALIZED (
     SELECT d.id, d.priority,
            (row_number() OVER (PARTITION BY d.process_id ORDER BY d.id) - 1) * (1000000 / max(d.weight, 1)) AS step
-      FROM (SELECT t.id, t.process_id, t.process_priority AS priority, coalesce(p.weight, 1) AS weight
-              FROM stageq_tasks t INDEXED BY stageq_tasks_due LEFT JOIN stageq_processes p ON p.id = t.process_id
+      FROM (SELECT t.id, t.process_id, t.process_priority AS priority, p.weight
+              FROM stageq_tasks t INDEXED BY stageq_tasks_due JOIN stageq_processes p ON p.id = t.process_id
              WHERE t.state = 'scheduled' AND t.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
              ORDER BY t.run_at
              LIMIT 1000) d
@@ -57,6 +55,20 @@ UPDATE stageq_tasks
    SET state = 'available',
        vtime = (SELECT h.vnow + d.step FROM due d JOIN head h ON h.priority = d.priority WHERE d.id = stageq_tasks.id)
  WHERE id IN (SELECT id FROM due)`
+	// A due task whose process row was deleted by hand (foreign keys off, as
+	// in the sqlite3 shell) can never run: it goes, as PostgreSQL's claim
+	// removes it, before claimDueSQL, among the same 1,000 due tasks (a key
+	// probe each; none while nothing is due). Left scheduled, it would come
+	// first in every due step for good; made available, a claim under limits
+	// would never take it, and it would hold its priority's head.
+	claimDueGoneSQL = `
+DELETE FROM stageq_tasks
+ WHERE id IN (SELECT d.id
+                FROM (SELECT id, process_id FROM stageq_tasks INDEXED BY stageq_tasks_due
+                       WHERE state = 'scheduled' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+                       ORDER BY run_at
+                       LIMIT 1000) d
+               WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = d.process_id))`
 	// Are limits defined (a limit row or a capped process)? Without any, every
 	// task is admitted and a priority level is leased by one UPDATE.
 	claimGatedSQL = `SELECT EXISTS (SELECT 1 FROM stageq_limits)
@@ -127,6 +139,9 @@ RETURNING task_id, process_name`
 func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
 	var out []dialect.ClaimedTask
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
+		if _, err := q.ExecContext(ctx, claimDueGoneSQL); err != nil {
+			return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
+		}
 		if _, err := q.ExecContext(ctx, claimDueSQL); err != nil {
 			return fmt.Errorf("claim: due tasks: %w", mapErr(err))
 		}

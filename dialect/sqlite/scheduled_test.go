@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
@@ -26,7 +27,7 @@ func TestDelayedTasksWaitOutsideTheClaimIndex(t *testing.T) {
 	res, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "p", Tasks: []dialect.NewTask{
 		{Order: 100, Kind: "sql", Body: "SELECT 'now'", MaxAttempts: 3},
 		{Order: 100, Kind: "sql", Body: "SELECT 'in an hour'", MaxAttempts: 3, Delay: time.Hour},
-		{Order: 100, Kind: "sql", Body: "SELECT 'soon'", MaxAttempts: 3, Delay: 300 * time.Millisecond},
+		{Order: 100, Kind: "sql", Body: "SELECT 'soon'", MaxAttempts: 3, Delay: time.Second},
 		{Order: 200, Kind: "sql", Body: "SELECT 'next stage'", MaxAttempts: 3, Delay: time.Hour},
 	}})
 	if err != nil {
@@ -49,7 +50,7 @@ func TestDelayedTasksWaitOutsideTheClaimIndex(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the task delayed by 300 ms was not claimed within 10 s")
+			t.Fatal("the task delayed by a second was not claimed within 10 s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -137,11 +138,22 @@ SELECT 3, id, 200, 'SELECT 3', 'blocked' FROM stageq_processes WHERE name = 'p'`
 	exec(`INSERT INTO stageq_tasks (id, process_id, execution_order, body, state)
 SELECT 90, id, 100, 'SELECT 90', 'available' FROM stageq_processes WHERE name = 'p'`)
 	exec(`DELETE FROM stageq_tasks WHERE id = 90`) // succeeded: its id lives on in Logs
+	orphan(t, db, `INSERT INTO stageq_tasks (id, process_id, execution_order, body, state, lease_token) VALUES (5, 9999, 100, 'SELECT 5', 'running', 7)`)
+	exec(`INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token)
+VALUES (5, 9999, 'gone', 100, 'sql', 'SELECT 5', 'w', 1, 7)`)
 
 	if err := m.Migrate(15); err != nil {
 		t.Fatalf("up to 15: %v", err)
 	}
 	wantStates(t, d, map[int64]string{1: "scheduled", 2: "available", 3: "blocked"})
+	var orphans int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM stageq_tasks WHERE id = 5`).Scan(&orphans); err != nil || orphans != 0 {
+		t.Fatalf("the task of a deleted process: %d left, %v; want it removed", orphans, err)
+	}
+	var outcome string
+	if err := db.QueryRowContext(ctx, `SELECT outcome FROM stageq_logs WHERE task_id = 5`).Scan(&outcome); err != nil || outcome != "abandoned" {
+		t.Fatalf("the removed task's open attempt: %q, %v; want it closed abandoned", outcome, err)
+	}
 	var id int64
 	if err := db.QueryRowContext(ctx, `INSERT INTO stageq_tasks (process_id, execution_order, body, state)
 SELECT id, 200, 'SELECT 4', 'blocked' FROM stageq_processes WHERE name = 'p' RETURNING id`).Scan(&id); err != nil {
@@ -295,6 +307,17 @@ func TestDueTasksBecomeAvailableAThousandAClaim(t *testing.T) {
 	if s := count("scheduled"); s != 0 {
 		t.Fatalf("after two claims %d tasks are still scheduled", s)
 	}
+	// The due step stamps a's and b's first tasks with the same head's turn;
+	// submit had stamped b's after a's 500.
+	var a0, b0 int64
+	if err := db.QueryRowContext(ctx, `
+SELECT (SELECT min(t.vtime) FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id WHERE p.name = 'a'),
+       (SELECT min(t.vtime) FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id WHERE p.name = 'b')`).Scan(&a0, &b0); err != nil {
+		t.Fatal(err)
+	}
+	if a0 != b0 {
+		t.Errorf("a's first turn is %d, b's %d: want both stamped from the head's", a0, b0)
+	}
 	// Per process, the turns are distinct and a stride apart.
 	var bad int
 	if err := db.QueryRowContext(ctx, `
@@ -304,5 +327,55 @@ SELECT count(*) FROM (SELECT process_id, vtime - lag(vtime) OVER (PARTITION BY p
 	}
 	if bad != 0 {
 		t.Errorf("%d tasks are not a stride after their process's previous one", bad)
+	}
+}
+
+// TestDueTaskOfADeletedProcessGoes: a due task whose process row was deleted
+// by hand (foreign keys off) is removed by the claim, as PostgreSQL's claim
+// removes it, also while a limit is defined (a claim under limits would never
+// lease it, and available it would hold its priority's head for good).
+func TestDueTaskOfADeletedProcessGoes(t *testing.T) {
+	ctx := context.Background()
+	d := migrated(t)
+	db := d.DB()
+	gone, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "gone", Tasks: []dialect.NewTask{
+		{Order: 100, Kind: "sql", Body: "SELECT 1", MaxAttempts: 3, Delay: 50 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := d.Submit(ctx, nil, dialect.SubmitParams{Process: "kept", Tasks: []dialect.NewTask{
+		{Order: 100, Kind: "sql", Body: "SELECT 2", MaxAttempts: 3, Delay: 50 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO stageq_limits (key, max_running) VALUES ('some-limit', 5)`); err != nil {
+		t.Fatal(err)
+	}
+	orphan(t, db, `DELETE FROM stageq_processes WHERE name = 'gone'`)
+	time.Sleep(100 * time.Millisecond)
+	got := claimIDs(t, d, 1)
+	if len(got) != 1 || got[0] != kept.TaskIDs[0] {
+		t.Fatalf("claim took %v, want task %d", got, kept.TaskIDs[0])
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM stageq_tasks WHERE id = ?`, gone.TaskIDs[0]).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the due task of the deleted process: %d left, %v; want it removed", n, err)
+	}
+}
+
+// orphan runs q on a connection with foreign keys off, as the sqlite3 shell
+// has them, to leave a task without its process.
+func orphan(t *testing.T, db *sql.DB, q string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, s := range []string{"PRAGMA foreign_keys = OFF", q, "PRAGMA foreign_keys = ON"} {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
 	}
 }

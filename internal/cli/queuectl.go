@@ -168,7 +168,7 @@ func newTasksCommand(dsn *string) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.Process, "process", "", "only this process")
-	fl.StringVar(&f.State, "state", "", "only this state: blocked, scheduled (PostgreSQL), available, running, failed")
+	fl.StringVar(&f.State, "state", "", "only this state: blocked, scheduled, available, running, failed")
 	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
 	jsonFlag(cmd, &asJSON)
 	return cmd

@@ -38,6 +38,21 @@ CREATE TABLE stageq_tasks_v15 (
     abandons         INTEGER NOT NULL DEFAULT 0
 );
 
+-- A task whose process row was deleted by hand (the sqlite3 shell runs with
+-- foreign keys off) can never run, and the copy below, made with foreign keys
+-- on, would refuse it and leave the version dirty. It goes, as the rescue or a
+-- claim removes such a task (docs/task-states.md), and an attempt of it still
+-- open in Logs is closed abandoned, as the rescue closes one.
+UPDATE stageq_logs
+   SET ended_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+       duration_ms = CAST(round((julianday('now') - julianday(started_at)) * 86400000) AS INTEGER),
+       outcome = 'abandoned',
+       error = 'its process ' || process_id || ' no longer exists: task removed by schema migration 15'
+ WHERE outcome = 'running'
+   AND task_id IN (SELECT t.id FROM stageq_tasks t
+                    WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = t.process_id));
+DELETE FROM stageq_tasks WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = stageq_tasks.process_id);
+
 INSERT INTO stageq_tasks_v15 (id, process_id, execution_order, kind, body, state, priority, attempt, max_attempts,
                               atomic, run_at, limit_key, worker_id, lease_token, lease_expires_at, last_error,
                               schedule_name, scheduled_for, created_at, vtime, process_priority, abandons)
