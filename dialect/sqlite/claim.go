@@ -27,48 +27,46 @@ import (
 // which a cached statement is here to avoid. INDEXED BY: the claim must walk
 // stageq_tasks_claim in its order, never sort.
 const (
-	// Due scheduled tasks become available, oldest run_at first, a bounded
-	// number a claim: a seek on stageq_tasks_due, which holds only scheduled
-	// tasks, so it costs nothing while none is due. As PostgreSQL's claim
-	// does, each is stamped with its priority's current virtual time (vnowSQL
-	// written out), its process's due tasks spaced by its stride: it takes its
-	// turn at the head, not the turn of its first attempt. MATERIALIZED: the
-	// UPDATE turns the rows that due selects, so due must be read once.
+	// dueWindowSQL: the (at most) 1,000 due scheduled tasks a claim handles,
+	// oldest run_at first: a seek on stageq_tasks_due, which holds only
+	// scheduled tasks.
+	dueWindowSQL = `
+SELECT id, process_id, process_priority FROM stageq_tasks INDEXED BY stageq_tasks_due
+ WHERE state = 'scheduled' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
+ ORDER BY run_at
+ LIMIT 1000`
+	// Is any scheduled task due? The one statement of the due step while none
+	// is, as PostgreSQL's claim asks first.
+	claimAnyDueSQL = `
+SELECT EXISTS (SELECT 1 FROM stageq_tasks INDEXED BY stageq_tasks_due
+                WHERE state = 'scheduled' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now'))`
+	// A due task whose process row was deleted by hand (foreign keys off, as
+	// in the sqlite3 shell) can never run: it goes, as PostgreSQL's claim
+	// removes it, before claimDueSQL. Left scheduled, it would come first in
+	// every due step for good; made available, a claim under limits would
+	// never take it, and it would hold its priority's head.
+	claimDueGoneSQL = `
+DELETE FROM stageq_tasks
+ WHERE id IN (SELECT d.id FROM (` + dueWindowSQL + `) d
+               WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = d.process_id))`
+	// Due scheduled tasks become available. As PostgreSQL's claim does, each
+	// is stamped with its priority's current virtual time, its process's due
+	// tasks spaced by its stride (fairStride): it takes its turn at the head,
+	// not the turn of its first attempt. MATERIALIZED: the UPDATE turns the
+	// rows that due selects, so due must be read once.
 	claimDueSQL = `
 WITH due AS MATERIALIZED (
-    SELECT d.id, d.priority,
-           (row_number() OVER (PARTITION BY d.process_id ORDER BY d.id) - 1) * (1000000 / max(d.weight, 1)) AS step
-      FROM (SELECT t.id, t.process_id, t.process_priority AS priority, p.weight
-              FROM stageq_tasks t INDEXED BY stageq_tasks_due JOIN stageq_processes p ON p.id = t.process_id
-             WHERE t.state = 'scheduled' AND t.run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
-             ORDER BY t.run_at
-             LIMIT 1000) d
+    SELECT d.id, d.process_priority AS priority,
+           (row_number() OVER (PARTITION BY d.process_id ORDER BY d.id) - 1) * (1000000 / max(p.weight, 1)) AS step
+      FROM (` + dueWindowSQL + `) d JOIN stageq_processes p ON p.id = d.process_id
 ), head AS MATERIALIZED (
-    SELECT h.priority,
-           coalesce((SELECT vtime FROM stageq_tasks INDEXED BY stageq_tasks_claim
-                      WHERE state = 'available' AND process_priority = h.priority
-                      ORDER BY process_priority DESC, vtime, id LIMIT 1),
-                    (SELECT v FROM stageq_vclock)) AS vnow
-      FROM (SELECT DISTINCT priority FROM due) h
+    SELECT hp.priority, ` + headVTimeSQL + ` AS vnow
+      FROM (SELECT DISTINCT priority FROM due) hp
 )
 UPDATE stageq_tasks
    SET state = 'available',
        vtime = (SELECT h.vnow + d.step FROM due d JOIN head h ON h.priority = d.priority WHERE d.id = stageq_tasks.id)
  WHERE id IN (SELECT id FROM due)`
-	// A due task whose process row was deleted by hand (foreign keys off, as
-	// in the sqlite3 shell) can never run: it goes, as PostgreSQL's claim
-	// removes it, before claimDueSQL, among the same 1,000 due tasks (a key
-	// probe each; none while nothing is due). Left scheduled, it would come
-	// first in every due step for good; made available, a claim under limits
-	// would never take it, and it would hold its priority's head.
-	claimDueGoneSQL = `
-DELETE FROM stageq_tasks
- WHERE id IN (SELECT d.id
-                FROM (SELECT id, process_id FROM stageq_tasks INDEXED BY stageq_tasks_due
-                       WHERE state = 'scheduled' AND run_at <= strftime('%Y-%m-%d %H:%M:%f', 'now')
-                       ORDER BY run_at
-                       LIMIT 1000) d
-               WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = d.process_id))`
 	// Are limits defined (a limit row or a capped process)? Without any, every
 	// task is admitted and a priority level is leased by one UPDATE.
 	claimGatedSQL = `SELECT EXISTS (SELECT 1 FROM stageq_limits)
@@ -139,11 +137,8 @@ RETURNING task_id, process_name`
 func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
 	var out []dialect.ClaimedTask
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
-		if _, err := q.ExecContext(ctx, claimDueGoneSQL); err != nil {
-			return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
-		}
-		if _, err := q.ExecContext(ctx, claimDueSQL); err != nil {
-			return fmt.Errorf("claim: due tasks: %w", mapErr(err))
+		if err := makeDueAvailable(ctx, q); err != nil {
+			return err
 		}
 		var gated bool
 		if err := q.QueryRowContext(ctx, claimGatedSQL).Scan(&gated); err != nil {
@@ -185,6 +180,25 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 		return nil, err
 	}
 	return out, nil
+}
+
+// makeDueAvailable is the claim's due step: the scheduled tasks whose run_at
+// has come become available (those of a deleted process go).
+func makeDueAvailable(ctx context.Context, q dialect.Querier) error {
+	var due bool
+	if err := q.QueryRowContext(ctx, claimAnyDueSQL).Scan(&due); err != nil {
+		return fmt.Errorf("claim: due tasks: %w", mapErr(err))
+	}
+	if !due {
+		return nil
+	}
+	if _, err := q.ExecContext(ctx, claimDueGoneSQL); err != nil {
+		return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
+	}
+	if _, err := q.ExecContext(ctx, claimDueSQL); err != nil {
+		return fmt.Errorf("claim: due tasks: %w", mapErr(err))
+	}
+	return nil
 }
 
 // claimLog opens the Logs rows of the leased tasks, names their processes,

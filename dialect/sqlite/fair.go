@@ -14,22 +14,19 @@ import (
 // time; the claim takes the lowest of the highest process priority. Every
 // function here runs inside the caller's write transaction.
 const (
-	// The current virtual time of priority ?1: the next task a claim would take
-	// at that priority, or the clock (the newest stamp) when none is available.
-	vnowSQL = `
-SELECT coalesce(
+	// headVTimeSQL is the current virtual time of the priority hp.priority
+	// (the caller names its row hp): the next task a claim would take at that
+	// priority, or the clock (the newest stamp) when none is available. Read
+	// by vnowSQL, stampBaseSQL and the claim's due step (claimDueSQL).
+	headVTimeSQL = `coalesce(
     (SELECT vtime FROM stageq_tasks INDEXED BY stageq_tasks_claim
-      WHERE state = 'available' AND process_priority = ?1
+      WHERE state = 'available' AND process_priority = hp.priority
       ORDER BY process_priority DESC, vtime, id LIMIT 1),
     (SELECT v FROM stageq_vclock))`
+	// The current virtual time of priority ?1.
+	vnowSQL = `SELECT ` + headVTimeSQL + ` FROM (SELECT ?1 AS priority) hp`
 	// In: process. Out: the virtual time its next tasks are stamped from.
-	stampBaseSQL = `
-SELECT max(coalesce(
-    (SELECT vtime FROM stageq_tasks INDEXED BY stageq_tasks_claim
-      WHERE state = 'available' AND process_priority = p.priority
-      ORDER BY process_priority DESC, vtime, id LIMIT 1),
-    (SELECT v FROM stageq_vclock)), p.vtail)
-  FROM stageq_processes p WHERE p.id = ?`
+	stampBaseSQL = `SELECT max(` + headVTimeSQL + `, hp.vtail) FROM stageq_processes hp WHERE hp.id = ?`
 	// In: process, the end of what was just stamped.
 	stampDoneSQL  = `UPDATE stageq_processes SET vtail = max(vtail, ?2) WHERE id = ?1`
 	stampClockSQL = `UPDATE stageq_vclock SET v = max(v, ?)`

@@ -10,11 +10,12 @@ import (
 )
 
 // The stage barrier. A process's tasks of its lowest ExecutionOrder are
-// 'available' ('scheduled' until their run_at); all higher ones wait 'blocked', and so does every task of a
-// paused process. openStage re-derives that after anything that can change the
-// lowest order (a submission, a task leaving, an operator's command), always
-// inside the caller's write transaction. Each statement is a seek on
-// stageq_tasks_stage (process_id, execution_order).
+// 'available' ('scheduled' until their run_at); all higher ones wait
+// 'blocked', and so does every task of a paused process. openStage re-derives
+// that after anything that can change the lowest order (a submission, a task
+// leaving, an operator's command), always inside the caller's write
+// transaction. Each statement is a seek on stageq_tasks_stage (process_id,
+// execution_order).
 const (
 	stageReadSQL   = `SELECT current_order, paused, weight, priority FROM stageq_processes WHERE id = ?`
 	stageLowestSQL = `SELECT min(execution_order) FROM stageq_tasks WHERE process_id = ?`

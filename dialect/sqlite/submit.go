@@ -29,8 +29,8 @@ RETURNING id`
 
 // Submit implements dialect.Dialect. Tasks of the stage that is open after the
 // submission start available (scheduled, if their run_at lies ahead) and the
-// rest blocked; openStage then blocks again
-// a started stage above a newly arrived lower order.
+// rest blocked; openStage then blocks again a started stage above a newly
+// arrived lower order.
 func (s *SQLite) Submit(ctx context.Context, tx *sql.Tx, sp dialect.SubmitParams) (dialect.SubmitResult, error) {
 	var res dialect.SubmitResult
 	if len(sp.Tasks) == 0 {
