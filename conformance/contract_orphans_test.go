@@ -89,27 +89,8 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 	}
 
 	gone := fmt.Sprintf("%d, %d, %d, %d, %d", res.ProcessID, retry.ProcessID, waiting.ProcessID, ending.ProcessID, failing.ProcessID)
-	conn, err := db.D.DB().Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if db.Dialect == "sqlite" {
-		// As a DBA in the sqlite3 shell, where foreign keys are off.
-		if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
-			t.Fatal(err)
-		}
-		defer conn.ExecContext(ctx, "PRAGMA foreign_keys = ON")
-	}
-	_, err = conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE id IN (%s)", db.table("processes"), gone))
-	if db.Dialect == "sqlserver" {
-		if err == nil {
-			t.Fatal("SQL Server deleted processes that have tasks; want FK_Tasks_Processes to refuse it")
-		}
+	if !deleteProcessesByHand(t, db, gone) {
 		return
-	}
-	if err != nil {
-		t.Fatalf("delete the processes by hand: %v", err)
 	}
 
 	if err := db.finish(ctx, dialect.FinishParams{TaskID: e[0].ID, Token: 26, ProcessID: ending.ProcessID,
@@ -197,4 +178,102 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 		tk := db.tasks(t, dialect.TaskFilter{Process: "c-busy"})
 		return len(tk) == 1 && tk[0].State == dialect.StateAvailable
 	})
+}
+
+// deleteProcessesByHand deletes the process rows of ids (a list for IN) as a
+// DBA would, tasks or not, and says whether the database let it: on SQLite
+// with foreign keys off, as the sqlite3 shell leaves them; PostgreSQL has no
+// foreign key from tasks to processes (migration 14); on SQL Server
+// FK_Tasks_Processes must refuse it, and the test has nothing more to see.
+func deleteProcessesByHand(t *testing.T, db *testDB, ids string) bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.D.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if db.Dialect == "sqlite" {
+		if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.ExecContext(ctx, "PRAGMA foreign_keys = ON")
+	}
+	_, err = conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE id IN (%s)", db.table("processes"), ids))
+	if db.Dialect == "sqlserver" {
+		if err == nil {
+			t.Fatal("SQL Server deleted processes that have tasks; want FK_Tasks_Processes to refuse it")
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatalf("delete processes %s by hand: %v", ids, err)
+	}
+	return true
+}
+
+// An operator's command on a task whose process row was deleted by hand (its
+// id found in Logs, say): a retry would put it back to wait for a stage that
+// can never open, so it is refused, saying why and what to do instead; a
+// discard of a failed one and a cancel of a waiting one remove it, each
+// leaving its Logs row under the process's last known name. Before, the
+// retry failed on PostgreSQL with "null value in column vtime", and every
+// one of them on SQLite with "read process N: no rows", leaving the task for
+// ever. Registered in TestDialectContract (contract_test.go).
+func contractTaskOperationsOrphaned(t *testing.T, db *testDB) {
+	db.skipOnBabelfish(t, "no claim there (harness_test.go)")
+	ctx := dialect.WithActor(context.Background(), "c-orphan-op")
+	op := limOperator(t, db)
+	pid := twoStages(t, db, "c-orphan-op", 2)
+	claimed := claimAs(t, db, "w", 31, 10, nil)
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %d; want the 2 order-1 tasks", len(claimed))
+	}
+	for _, c := range claimed {
+		failOneFinish(t, db, c)
+	}
+	later := int64(0)
+	for _, tk := range db.tasks(t, dialect.TaskFilter{Process: "c-orphan-op"}) {
+		if tk.Order == 2 {
+			later = tk.ID
+		}
+	}
+	if later == 0 {
+		t.Fatal("no order-2 task")
+	}
+	if !deleteProcessesByHand(t, db, fmt.Sprint(pid)) {
+		return
+	}
+	left := func(id int64) int {
+		return db.count(t, fmt.Sprintf("SELECT count(*) FROM %s WHERE id = %d", db.table("tasks"), id))
+	}
+
+	a, b := claimed[0].ID, claimed[1].ID
+	err := op.TaskRetry(ctx, a)
+	if !errors.Is(err, dialect.ErrWrongState) || !strings.Contains(err.Error(), "no longer exists") {
+		t.Fatalf("retry of a failed task whose process is gone: %v; want ErrWrongState saying the process no longer exists", err)
+	}
+	if left(a) != 1 {
+		t.Fatalf("the refused retry removed task %d", a)
+	}
+	if err := op.TaskDiscard(ctx, a); err != nil {
+		t.Fatalf("discard of a failed task whose process is gone: %v", err)
+	}
+	if err := op.TaskCancel(ctx, b); err != nil {
+		t.Fatalf("cancel of a failed task whose process is gone: %v", err)
+	}
+	if err := op.TaskCancel(ctx, later); err != nil {
+		t.Fatalf("cancel of a waiting task whose process is gone: %v", err)
+	}
+	for _, id := range []int64{a, b, later} {
+		if left(id) != 0 {
+			t.Errorf("task %d is still in the queue", id)
+		}
+	}
+	for id, want := range map[int64]dialect.Outcome{a: dialect.OutcomeDiscarded, b: dialect.OutcomeCancelled, later: dialect.OutcomeCancelled} {
+		l := db.logs(t, dialect.LogFilter{TaskID: id, Outcome: want})
+		if len(l) != 1 || l[0].Process != "c-orphan-op" || l[0].WorkerID != "c-orphan-op" {
+			t.Errorf("Logs of task %d, %s: %+v; want one row by c-orphan-op under the process's name", id, want, l)
+		}
+	}
 }

@@ -60,9 +60,16 @@ SELECT g.id, g.process_id, p.name, g.execution_order, g.kind, g.body, $2, g.atte
 	auditRowsSQL    = `
 INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
-SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, $2, t.attempt,
+SELECT t.id, t.process_id, ` + auditNameSQL + `, t.execution_order, t.kind, t.body, $2, t.attempt,
        0, now(), now(), 0, $3, $4, t.schedule_name, t.scheduled_for
-  FROM stageq.tasks t JOIN stageq.processes p ON p.id = t.process_id`
+  FROM stageq.tasks t LEFT JOIN stageq.processes p ON p.id = t.process_id`
+	// auditNameSQL names the audited task's process: by its row, or, where a
+	// DBA deleted that (a task can outlive it: no foreign key since migration
+	// 14), by the newest Logs row of the process, a seek on logs_process.
+	auditNameSQL = `coalesce(p.name,
+                (SELECT l.process_name FROM stageq.logs l WHERE l.process_id = t.process_id
+                  ORDER BY l.started_at DESC LIMIT 1),
+                'process ' || t.process_id || ' (deleted)')`
 	// A process that a cancel or discard emptied ended without doing all its
 	// work; open_stage has just marked it succeeded. In: process id.
 	markCancelledSQL = `UPDATE stageq.processes SET state = 'cancelled' WHERE id = $1 AND state = 'succeeded'`

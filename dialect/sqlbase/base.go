@@ -138,8 +138,10 @@ type Statements struct {
 	// transaction ends (where the write transaction itself is not already the
 	// lock). In: name. Out: id.
 	LockProcess string
-	// LockProcessByID locks a process row by id; "" where the write transaction
-	// is the lock. In: id.
+	// LockProcessByID reads a process row by id and locks it until the
+	// transaction ends (where the write transaction itself is not already the
+	// lock). No row: the process is gone, its row deleted by hand (stageq
+	// deletes none that has a task). In: id. Out: id.
 	LockProcessByID string
 	// Pause sets a process's paused flag. In: id, paused.
 	Pause string

@@ -141,8 +141,11 @@ func (b *Base) ProcessCancel(ctx context.Context, name string) (removed, running
 }
 
 // withTask locks a task's process, then the task, checks its state with allow,
-// audits and runs stmt; then it re-derives the process's stage.
-func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string, o dialect.Outcome) error {
+// audits and runs stmt; then it re-derives the process's stage. requeue says
+// that stmt puts the task back in the queue, which is refused when its
+// process row is gone: no stage of it can open again, and open_stage has no
+// process to stamp. Any other command on such a task only removes it.
+func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker string) error, stmt string, o dialect.Outcome, requeue bool) error {
 	return b.InTx(ctx, nil, func(q dialect.Querier) error {
 		var pid int64
 		err := q.QueryRowContext(ctx, b.SQL.TaskProcess, id).Scan(&pid)
@@ -152,10 +155,11 @@ func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker 
 		if err != nil {
 			return fmt.Errorf("task %d: %w", id, b.MapErr(err))
 		}
-		if b.SQL.LockProcessByID != "" {
-			if _, err := q.ExecContext(ctx, b.SQL.LockProcessByID, pid); err != nil {
-				return fmt.Errorf("task %d: lock process: %w", id, b.MapErr(err))
-			}
+		var held int64
+		err = q.QueryRowContext(ctx, b.SQL.LockProcessByID, pid).Scan(&held)
+		gone := errors.Is(err, sql.ErrNoRows)
+		if err != nil && !gone {
+			return fmt.Errorf("task %d: lock process: %w", id, b.MapErr(err))
 		}
 		var state, worker string
 		err = q.QueryRowContext(ctx, b.SQL.TaskLock, id).Scan(&state, &worker)
@@ -168,11 +172,18 @@ func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker 
 		if err := allow(state, worker); err != nil {
 			return fmt.Errorf("task %d: %w", id, err)
 		}
+		if gone && requeue {
+			return fmt.Errorf("task %d: %w: its process (id %d) no longer exists, its row deleted by hand, so the task "+
+				"could never run again; discard or cancel it to remove it", id, dialect.ErrWrongState, pid)
+		}
 		if err := b.audit(ctx, q, b.SQL.AuditTask, id, o); err != nil {
 			return fmt.Errorf("task %d: %w", id, err)
 		}
 		if _, err := q.ExecContext(ctx, stmt, id); err != nil {
 			return fmt.Errorf("task %d: %w", id, b.MapErr(err))
+		}
+		if gone {
+			return nil
 		}
 		if err := b.OpenStage(ctx, q, pid); err != nil {
 			return fmt.Errorf("task %d: open stage: %w", id, err)
@@ -186,17 +197,17 @@ func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker 
 
 // TaskRetry implements dialect.Operator.
 func (b *Base) TaskRetry(ctx context.Context, id int64) error {
-	return b.withTask(ctx, id, dialect.AllowRetry, b.SQL.RetryTask, dialect.OutcomeRetried)
+	return b.withTask(ctx, id, dialect.AllowRetry, b.SQL.RetryTask, dialect.OutcomeRetried, true)
 }
 
 // TaskDiscard implements dialect.Operator.
 func (b *Base) TaskDiscard(ctx context.Context, id int64) error {
-	return b.withTask(ctx, id, dialect.AllowDiscard, b.SQL.DeleteTask, dialect.OutcomeDiscarded)
+	return b.withTask(ctx, id, dialect.AllowDiscard, b.SQL.DeleteTask, dialect.OutcomeDiscarded, false)
 }
 
 // TaskCancel implements dialect.Operator.
 func (b *Base) TaskCancel(ctx context.Context, id int64) error {
-	return b.withTask(ctx, id, dialect.AllowCancel, b.SQL.DeleteTask, dialect.OutcomeCancelled)
+	return b.withTask(ctx, id, dialect.AllowCancel, b.SQL.DeleteTask, dialect.OutcomeCancelled, false)
 }
 
 // ProcessList implements dialect.Operator.

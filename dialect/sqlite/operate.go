@@ -65,9 +65,19 @@ UPDATE stageq_tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = s
 	opAuditRowsSQL   = `
 INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
-SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, ?2, t.attempt, 0,
+SELECT t.id, t.process_id, ` + opAuditNameSQL + `, t.execution_order, t.kind, t.body, ?2, t.attempt, 0,
        strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, ?3, ?4, t.schedule_name, t.scheduled_for
-  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id`
+  FROM stageq_tasks t LEFT JOIN stageq_processes p ON p.id = t.process_id`
+	// opAuditNameSQL names the audited task's process: by its row, or, where
+	// it was deleted by hand (foreign keys off, as the sqlite3 shell leaves
+	// them), by the newest Logs row of the process (stageq_logs_process).
+	opAuditNameSQL = `coalesce(p.name,
+                (SELECT l.process_name FROM stageq_logs l WHERE l.process_id = t.process_id
+                  ORDER BY l.started_at DESC LIMIT 1),
+                'process ' || t.process_id || ' (deleted)')`
+	// opProcessByIDSQL reads a process back by id (sqlbase's LockProcessByID;
+	// the write transaction is the lock). In: id. Out: id.
+	opProcessByIDSQL = `SELECT id FROM stageq_processes WHERE id = ?`
 	// A process that a cancel or discard emptied ended without doing all its
 	// work; openStage has just marked it succeeded. In: process id.
 	opMarkCancelledSQL = `UPDATE stageq_processes SET state = 'cancelled' WHERE id = ? AND state = 'succeeded'`

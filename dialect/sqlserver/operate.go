@@ -40,12 +40,13 @@ DECLARE @Name nvarchar(400) = @pName;
 SELECT p.id FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(UQ_Processes_name)) WHERE p.name = @Name;`
 
 // lockProcessByIDSQL holds an update lock on a process row to the end of the
-// transaction. In: process id.
+// transaction and reads it back (FK_Tasks_Processes keeps a task's process,
+// so a row always comes back for a task's process here). In: process id.
+// Out: id.
 const lockProcessByIDSQL = `
 SET NOCOUNT ON;
-DECLARE @Pid bigint = @pProcessId,
-        @Held bigint;
-SELECT @Held = p.id FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes)) WHERE p.id = @Pid;`
+DECLARE @Pid bigint = @pProcessId;
+SELECT p.id FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes)) WHERE p.id = @Pid;`
 
 // pauseSQL sets a process's paused flag. In: process id, paused.
 const pauseSQL = `
