@@ -349,3 +349,64 @@ func TestSchemaFloorRefusesOlderBinaries(t *testing.T) {
 		}
 	})
 }
+
+// TestMigrateUpAfterANewerReleaseMigrated: a binary's migrate up reads the
+// database's version, and a newer release migrates past this binary's newest
+// version before this binary's golang-migrate run reads it again (two
+// workers of a rolling upgrade started with --migrate at once). The outcome
+// is the one the binary would have had reading the newer version first: run
+// where the newer release kept the floor, ErrNewer where it raised it.
+// Before, golang-migrate's "no migration found" came back either way.
+func TestMigrateUpAfterANewerReleaseMigrated(t *testing.T) {
+	for _, raise := range []bool{false, true} {
+		t.Run(map[bool]string{false: "floor kept", true: "floor raised"}[raise], func(t *testing.T) {
+			forEachDialect(t, func(t *testing.T, db *testDB) {
+				ctx := context.Background()
+				want, err := migrations.Expected(db.D.Schema())
+				if err != nil {
+					t.Fatal(err)
+				}
+				floor := 0
+				if raise {
+					floor = int(want) + 1
+				}
+				rel := nextRelease(t, db, floor)
+				racer := &migrateRacer{Dialect: db.D, between: func() { openRelease(t, db, rel) }}
+				got, err := migrations.Up(ctx, racer)
+				if !racer.raced {
+					t.Fatal("the newer release did not migrate between the two reads")
+				}
+				switch {
+				case raise && !errors.Is(err, migrations.ErrNewer):
+					t.Errorf("migrate up after a newer release raised the floor: %v; want ErrNewer", err)
+				case !raise && err != nil:
+					t.Errorf("migrate up after a newer release that kept the floor: %v; want it admitted", err)
+				case got != want+1:
+					t.Errorf("migrate up says version %d; want %d, the newer release's", got, want+1)
+				}
+			})
+		})
+	}
+}
+
+// migrateRacer is a dialect whose first schema version read lets between run
+// (another release migrating) after the read and before its answer returns.
+type migrateRacer struct {
+	dialect.Dialect
+	between func()
+	raced   bool
+}
+
+func (r *migrateRacer) Schema() dialect.Schema {
+	s := r.Dialect.Schema()
+	read := s.Version
+	s.Version = func(ctx context.Context, db *sql.DB) (uint, bool, error) {
+		v, dirty, err := read(ctx, db)
+		if !r.raced {
+			r.raced = true
+			r.between()
+		}
+		return v, dirty, err
+	}
+	return s
+}

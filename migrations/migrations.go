@@ -127,9 +127,23 @@ func Up(ctx context.Context, t Target) (uint, error) {
 		return 0, err
 	}
 	if dirty || got <= want {
-		if got, err = upTables(ctx, t); err != nil {
-			return got, err
+		v, err := upTables(ctx, t)
+		if err != nil {
+			// A newer release may have migrated past this binary's newest
+			// version between the read above and golang-migrate's own (two
+			// workers started with --migrate in a rolling upgrade):
+			// golang-migrate then finds no file for the database's version.
+			// Judged as if that had been read first, by the floor.
+			now, nowDirty, rerr := s.Version(ctx, t.DB())
+			if rerr != nil || nowDirty || now <= want {
+				return v, err
+			}
+			v = now
+			if err := admits(ctx, t, s, now, want); err != nil {
+				return now, err
+			}
 		}
+		got = v
 	} else if err := admits(ctx, t, s, got, want); err != nil {
 		return got, err
 	}
