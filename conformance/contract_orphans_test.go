@@ -16,8 +16,8 @@ import (
 // sqlite3 shell) never hold the queue up. Their expired leases are removed
 // with the tasks, their attempts closed abandoned, and a rescue pass of Max 2
 // reaches the live task behind three of them; a claim hands none of them to a
-// worker and, on PostgreSQL, removes one that a retry left scheduled; every
-// one of them is gone in the end. Meanwhile the expired lease of a process
+// worker and removes one that a retry left scheduled, with a Logs row that
+// says so (cancelled); every one of them is gone in the end. Meanwhile the expired lease of a process
 // that is only locked elsewhere stays as it is until the lock goes. On SQL
 // Server the foreign key refuses the DELETE. Registered in
 // TestDialectContract (contract_test.go).
@@ -160,6 +160,14 @@ func contractTaskRescueOrphans(t *testing.T, db *testDB) {
 		}
 		return db.count(t, all) == 0
 	})
+	// The retry's task, removed by a claim once due: its last Logs row had
+	// promised the retry, so one more says it will not come.
+	retried := db.logs(t, dialect.LogFilter{TaskID: r[0].ID})
+	if len(retried) != 2 || retried[0].Outcome != dialect.OutcomeFailed || retried[1].Outcome != dialect.OutcomeCancelled ||
+		!strings.Contains(retried[1].Error, "no longer exists") || retried[1].Process != "c-orphan-retry" {
+		t.Errorf("Logs of the task whose retry was due after its process went: %+v; want its failure, then a "+
+			"cancelled row under c-orphan-retry saying the process no longer exists", retried)
+	}
 
 	if !busy {
 		return

@@ -97,7 +97,7 @@ func Actor(ctx context.Context) string {
 // Operator actions as Logs records them: the outcome of the row written for
 // each task an action changes, and its note (Logs.error).
 const (
-	OutcomeCancelled Outcome = "cancelled" // removed by queuectl cancel before it ran (again)
+	OutcomeCancelled Outcome = "cancelled" // removed before it ran (again): by queuectl cancel, or by a claim when its process row was deleted by hand
 	OutcomeDiscarded Outcome = "discarded" // a failed task given up by queuectl discard
 	OutcomeRetried   Outcome = "retried"   // a failed task given fresh attempts by queuectl retry
 )

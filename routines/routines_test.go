@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {8, "97833a39903b3f65ade4d92a6bb725ceaa0039be10e433a5387fa644007f539a"},
+	"postgres":  {9, "792fd1cb8dc7f764fbf4ffccb735a525f233bc5ce2073cd0fafc93a16efa0a57"},
 	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
 }
 

@@ -44,11 +44,24 @@ SELECT EXISTS (SELECT 1 FROM stageq_tasks INDEXED BY stageq_tasks_due
 	// in the sqlite3 shell) can never run: it goes, as PostgreSQL's claim
 	// removes it, before claimDueSQL. Left scheduled, it would come first in
 	// every due step for good; made available, a claim under limits would
-	// never take it, and it would hold its priority's head.
+	// never take it, and it would hold its priority's head. What it returns
+	// goes to Logs (claimDueGoneLogSQL).
 	claimDueGoneSQL = `
 DELETE FROM stageq_tasks
  WHERE id IN (SELECT d.id FROM (` + dueWindowSQL + `) d
-               WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = d.process_id))`
+               WHERE NOT EXISTS (SELECT 1 FROM stageq_processes p WHERE p.id = d.process_id))
+RETURNING id, process_id, execution_order, kind, body, attempt, schedule_name, scheduled_for`
+	// A removed task's Logs row, since its last one (a failure) promised a
+	// retry: cancelled by the claiming worker (?2), under the process's newest
+	// name in Logs (stageq_logs_process). In: the task's columns as
+	// claimDueGoneSQL returns them, the worker's id.
+	claimDueGoneLogSQL = `
+INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token,
+                         started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
+VALUES (?1, ?3, coalesce((SELECT l.process_name FROM stageq_logs l WHERE l.process_id = ?3
+                          ORDER BY l.started_at DESC LIMIT 1), 'process ' || ?3 || ' (deleted)'),
+        ?4, ?5, ?6, ?2, ?7, 0, strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), 0,
+        'cancelled', 'its process (id ' || ?3 || ') no longer exists: task removed', ?8, ?9)`
 	// Due scheduled tasks become available. As PostgreSQL's claim does, each
 	// is stamped with its priority's current virtual time, its process's due
 	// tasks spaced by its stride (fairStride): it takes its turn at the head,
@@ -137,7 +150,7 @@ RETURNING task_id, process_name`
 func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]dialect.ClaimedTask, error) {
 	var out []dialect.ClaimedTask
 	err := s.inTx(ctx, nil, func(q dialect.Querier) error {
-		if err := makeDueAvailable(ctx, q); err != nil {
+		if err := makeDueAvailable(ctx, q, cp.WorkerID); err != nil {
 			return err
 		}
 		var gated bool
@@ -183,8 +196,9 @@ func (s *SQLite) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]diale
 }
 
 // makeDueAvailable is the claim's due step: the scheduled tasks whose run_at
-// has come become available (those of a deleted process go).
-func makeDueAvailable(ctx context.Context, q dialect.Querier) error {
+// has come become available (those of a deleted process go, logged as the
+// claiming worker's doing).
+func makeDueAvailable(ctx context.Context, q dialect.Querier, worker string) error {
 	var due bool
 	if err := q.QueryRowContext(ctx, claimAnyDueSQL).Scan(&due); err != nil {
 		return fmt.Errorf("claim: due tasks: %w", mapErr(err))
@@ -192,11 +206,50 @@ func makeDueAvailable(ctx context.Context, q dialect.Querier) error {
 	if !due {
 		return nil
 	}
-	if _, err := q.ExecContext(ctx, claimDueGoneSQL); err != nil {
-		return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
+	if err := removeDueOrphans(ctx, q, worker); err != nil {
+		return err
 	}
 	if _, err := q.ExecContext(ctx, claimDueSQL); err != nil {
 		return fmt.Errorf("claim: due tasks: %w", mapErr(err))
+	}
+	return nil
+}
+
+// removeDueOrphans deletes the due tasks whose process row is gone
+// (claimDueGoneSQL) and writes each one's Logs row. Such tasks are rare: the
+// delete returns none in nearly every due step, and then it is the only
+// statement.
+func removeDueOrphans(ctx context.Context, q dialect.Querier, worker string) error {
+	type gone struct {
+		id, process, order, attempt int64
+		kind, body                  string
+		schedule, scheduledFor      sql.NullString
+	}
+	rows, err := q.QueryContext(ctx, claimDueGoneSQL)
+	if err != nil {
+		return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
+	}
+	var removed []gone
+	for rows.Next() {
+		var g gone
+		if err := rows.Scan(&g.id, &g.process, &g.order, &g.kind, &g.body, &g.attempt, &g.schedule, &g.scheduledFor); err != nil {
+			rows.Close()
+			return fmt.Errorf("claim: due tasks of deleted processes: %w", err)
+		}
+		removed = append(removed, g)
+	}
+	if err := rows.Err(); err != nil {
+		rows.Close()
+		return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("claim: due tasks of deleted processes: %w", mapErr(err))
+	}
+	for _, g := range removed {
+		if _, err := q.ExecContext(ctx, claimDueGoneLogSQL, g.id, worker, g.process, g.order, g.kind, g.body,
+			g.attempt, g.schedule, g.scheduledFor); err != nil {
+			return fmt.Errorf("claim: log the removal of task %d: %w", g.id, mapErr(err))
+		}
 	}
 	return nil
 }

@@ -193,8 +193,23 @@ BEGIN
             -- A due task whose process was deleted by hand (60_rescue.sql says
             -- how that happens) would stay scheduled and be taken into due
             -- again by every claim, oldest first: 1,000 of them would keep
-            -- every other scheduled task from ever becoming available.
-            DELETE FROM stageq.tasks t USING unnest(v_gone) AS g(id) WHERE t.id = g.id;
+            -- every other scheduled task from ever becoming available. It
+            -- goes, and Logs says so (its last row, a failure, promised a
+            -- retry): cancelled, under the process's newest name in Logs.
+            WITH gone AS (
+                DELETE FROM stageq.tasks t USING unnest(v_gone) AS g(id) WHERE t.id = g.id
+                RETURNING t.*
+            )
+            INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id,
+                                     attempt, lease_token, started_at, ended_at, duration_ms, outcome, error,
+                                     schedule_name, scheduled_for)
+            SELECT d.id, d.process_id,
+                   coalesce((SELECT l.process_name FROM stageq.logs l WHERE l.process_id = d.process_id
+                              ORDER BY l.started_at DESC LIMIT 1),
+                            'process ' || d.process_id || ' (deleted)'),
+                   d.execution_order, d.kind, d.body, p_worker, d.attempt, 0, now(), now(), 0, 'cancelled',
+                   'its process (id ' || d.process_id || ') no longer exists: task removed', d.schedule_name, d.scheduled_for
+              FROM gone d;
         END IF;
         IF v_due IS NOT NULL THEN
             UPDATE stageq.tasks t SET state = 'available', vtime = r.vt
