@@ -2,10 +2,16 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/lease"
 	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
 )
 
 // TestHandleRefusesKindsNoTaskCanCarry: reserved, empty, over-long kinds and
@@ -28,5 +34,44 @@ func TestHandleRefusesKindsNoTaskCanCarry(t *testing.T) {
 	}
 	if got := len(w.Kinds()); got != 2 {
 		t.Errorf("kinds %v, want sql and the 200-character one", w.Kinds())
+	}
+}
+
+// TestHandlerErrorWrappingErrLeaseLostIsTheTasksFailure: a handler guarding
+// its work with a lease of its own (package lease) and returning lease.ErrLost,
+// which is dialect.ErrLeaseLost, failed the task; it did not lose the task's
+// lease. Before, the worker took it for its own lease lost and recorded
+// nothing: the attempt stayed running until its lease expired, and the rescue
+// ran the task again despite NoRetry.
+func TestHandlerErrorWrappingErrLeaseLostIsTheTasksFailure(t *testing.T) {
+	ctx, c := openSQLite(t)
+	if _, err := c.Enqueue(ctx, "", 1, stages.Task{Kind: "report", Body: "x", MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := queue.NewWorker(c, queue.WorkerConfig{Lease: time.Minute, ExitWhenIdle: 300 * time.Millisecond,
+		PollMin: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	if err := w.Handle("report", func(context.Context, *queue.Task) error {
+		calls.Add(1)
+		return queue.NoRetry(fmt.Errorf("nightly report: %w", lease.ErrLost))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := c.Logs(ctx, dialect.LogFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) != 1 || logs[0].Outcome != dialect.OutcomeFailed || !strings.Contains(logs[0].Error, "nightly report") ||
+		logs[0].RetryAt != nil {
+		t.Fatalf("Logs: %+v; want one failed attempt with the handler's error and no retry (NoRetry)", logs)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times; want once", n)
 	}
 }

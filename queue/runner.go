@@ -38,9 +38,13 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 	fp := dialect.FinishParams{TaskID: t.ID, Token: t.Token, ProcessID: t.ProcessID}
 	cause := context.Cause(ctx)
 	switch {
-	case errors.Is(cause, errLeaseLost) || errors.Is(runErr, dialect.ErrLeaseLost):
+	case errors.Is(cause, errLeaseLost) || errors.As(runErr, new(attemptLostError)):
 		// The second: the body's start found the attempt already rescued, so
-		// the body never ran and there is no result to record.
+		// the body never ran, or an atomic body's completion found it gone
+		// and rolled back: either way there is no result to record. Only
+		// the worker's own checks mark that: a handler's error that wraps
+		// dialect.ErrLeaseLost (lease.ErrLost, from a lease of its own) is
+		// the task's failure, recorded like any other.
 		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		log(w.log.Warn()).Msg("lease lost while running; another worker owns the task now, result dropped")
 		return
@@ -199,7 +203,7 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn 
 	err = w.d.TaskFinish(ctx, tx, dialect.FinishParams{TaskID: t.ID, Token: t.Token, Outcome: dialect.OutcomeSucceeded})
 	if errors.Is(err, dialect.ErrLeaseLost) {
 		// Rolled back by the deferred Rollback: the new holder's run counts.
-		return false, err
+		return false, attemptLostError{err}
 	}
 	if err != nil {
 		return false, fmt.Errorf("record completion: %w", err)
@@ -246,7 +250,10 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, a attem
 		if err == nil {
 			return conn, text, nil
 		}
-		if ctx.Err() != nil || errors.Is(err, dialect.ErrLeaseLost) {
+		if errors.Is(err, dialect.ErrLeaseLost) {
+			return nil, "", attemptLostError{err}
+		}
+		if ctx.Err() != nil {
 			return nil, "", err
 		}
 		if timedOut {
@@ -282,3 +289,12 @@ type abandonError struct{ err error }
 
 func (e abandonError) Error() string { return e.err.Error() }
 func (e abandonError) Unwrap() error { return e.err }
+
+// attemptLostError marks the worker's own finding that this attempt's lease is
+// gone (the body's start, an atomic body's completion): another worker owns
+// the task, and nothing is recorded. It is never inferred from the error a
+// task returns, which may wrap dialect.ErrLeaseLost for a lease of its own.
+type attemptLostError struct{ err error }
+
+func (e attemptLostError) Error() string { return e.err.Error() }
+func (e attemptLostError) Unwrap() error { return e.err }
