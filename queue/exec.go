@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // KindExec is the kind of tasks whose body is an operating-system command. A
@@ -63,7 +64,13 @@ func allowed(allow []string, program string) (string, bool) {
 	return "", false
 }
 
-// executeCommand runs an exec task. Cancelling ctx kills the process.
+// execWaitDelay is how long a cancelled command's process group has to exit
+// after SIGTERM before it is killed, and how long a finished program's
+// children may keep its output open before the worker stops reading it.
+const execWaitDelay = 2 * time.Second
+
+// executeCommand runs an exec task. Cancelling ctx stops the program and every
+// process it started (inProcessGroup).
 func (w *Worker) executeCommand(ctx context.Context, body string) error {
 	args, err := execArgs(body)
 	if err != nil {
@@ -74,9 +81,19 @@ func (w *Worker) executeCommand(ctx context.Context, body string) error {
 		return NoRetry(fmt.Errorf("command %q: %w", args[0], errExecNotAllowed))
 	}
 	cmd := exec.CommandContext(ctx, path, args[1:]...)
+	inProcessGroup(cmd)
+	cmd.WaitDelay = execWaitDelay
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		killGroup(cmd) // what ignored the SIGTERM
+	}
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+		// The program succeeded; a child it left running held its output.
+		err = nil
+	}
+	if err != nil {
 		text := out.String()
 		if len(text) > maxExecOutput {
 			text = "…" + text[len(text)-maxExecOutput:]
