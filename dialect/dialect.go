@@ -173,11 +173,11 @@ type TaskVacuumer interface {
 var ErrVacuumNotAllowed = errors.New("this role may not vacuum the tasks table")
 
 // AtomicExecer is implemented by dialects that must guard how an atomic task's
-// SQL body runs inside the transaction that also records its completion (SQL
-// Server: a body that COMMITs or leaves a transaction open must not escape it;
-// SQLite: see WriteLockHolder). Others run the body with tx.ExecContext. It
-// may end tx itself when the body failed (the caller's Rollback is then a
-// no-op).
+// SQL body runs inside the transaction that also records its completion: a
+// body that ends that transaction (its own COMMIT or ROLLBACK) or, on SQL
+// Server, leaves one open is ErrBodyEndedTx; SQLite also shifts leases (see
+// WriteLockHolder). Others run the body with tx.ExecContext. It may end tx
+// itself when the body failed (the caller's Rollback is then a no-op).
 type AtomicExecer interface {
 	TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) error
 }

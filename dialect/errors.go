@@ -27,6 +27,14 @@ var (
 
 	// ErrUnknownScheme means no dialect is registered for the DSN's scheme.
 	ErrUnknownScheme = errors.New("unknown DSN scheme")
+
+	// ErrBodyEndedTx means an atomic task's SQL body ended the transaction
+	// that was to record its completion with it (a COMMIT or ROLLBACK of its
+	// own), or on SQL Server left one open. It would do so again on every
+	// attempt, and on PostgreSQL and SQLite what it did before its COMMIT is
+	// committed already: the task is failed, not run again.
+	ErrBodyEndedTx = errors.New("an atomic task's body ended the task's transaction (a COMMIT or ROLLBACK of its own): " +
+		"what it did before that may be committed, and the task is not run again")
 )
 
 // ConnLost reports whether err says the database connection itself failed —

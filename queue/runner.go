@@ -197,6 +197,9 @@ func (w *Worker) executeAtomic(ctx context.Context, t dialect.ClaimedTask, conn 
 	} else {
 		_, err = tx.ExecContext(ctx, text)
 	}
+	if errors.Is(err, dialect.ErrBodyEndedTx) {
+		return false, NoRetry(err)
+	}
 	if err != nil {
 		return false, err
 	}

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/stageq/stageq/dialect"
@@ -64,4 +65,32 @@ func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn
 		return nil, "", fmt.Errorf("check the body's attempt: %w", dialect.ErrLeaseLost)
 	}
 	return conn, dialect.BodyMark(a) + s.Body, nil
+}
+
+// TaskExecAtomic implements dialect.AtomicExecer. A body of several statements
+// runs as one simple query, in which a COMMIT or ROLLBACK of its own ends the
+// worker's transaction: what the body did before it would be committed
+// without the completion, and again by every retry. The body runs after a
+// savepoint, which is released after it, or rolled back to after its error:
+// either fails outside a transaction block, or with the savepoint gone, and
+// the attempt is then dialect.ErrBodyEndedTx. It costs the SAVEPOINT and the
+// RELEASE, two short statements, per atomic task.
+func (p *Postgres) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT stageq_body"); err != nil {
+		return fmt.Errorf("atomic body: %w", mapErr(err))
+	}
+	_, berr := tx.ExecContext(ctx, body)
+	end := "RELEASE SAVEPOINT stageq_body"
+	if berr != nil {
+		end = "ROLLBACK TO SAVEPOINT stageq_body"
+	}
+	if _, err := tx.ExecContext(ctx, end); err != nil {
+		if ctx.Err() != nil || errors.Is(err, sql.ErrTxDone) || dialect.ConnLost(err) {
+			// The attempt's context ended (database/sql then rolls the
+			// transaction back), or the connection went: not the body's doing.
+			return errors.Join(berr, err)
+		}
+		return errors.Join(berr, fmt.Errorf("%w (%v)", dialect.ErrBodyEndedTx, err))
+	}
+	return berr
 }

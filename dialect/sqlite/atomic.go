@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/stageq/stageq/dialect"
 )
 
 // shiftLeasesSQL gives back to every lease still valid when an atomic body
@@ -58,7 +61,10 @@ func (s *SQLite) WriteHolds() (bool, time.Duration) {
 // meanwhile are shifted by the time it took, in this transaction. The body
 // runs inside a savepoint: when it fails, its effects are undone and the
 // transaction commits the shift alone (the caller's Rollback then does
-// nothing), so a failed body does not leave other workers' leases expired.
+// nothing), so a failed body does not leave other workers' leases expired. A
+// body with a COMMIT or ROLLBACK of its own ends the transaction, savepoint
+// and all: the savepoint is then gone, and the attempt is
+// dialect.ErrBodyEndedTx.
 func (s *SQLite) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) error {
 	var began string
 	if err := tx.QueryRowContext(ctx, "SELECT "+nowSQL).Scan(&began); err != nil {
@@ -79,11 +85,11 @@ func (s *SQLite) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) er
 	cctx := context.WithoutCancel(ctx)
 	if berr != nil {
 		if _, err := tx.ExecContext(cctx, "ROLLBACK TO stageq_body"); err != nil {
-			return errors.Join(berr, err)
+			return errors.Join(berr, savepointGone(err))
 		}
 	}
 	if _, err := tx.ExecContext(cctx, "RELEASE stageq_body"); err != nil {
-		return errors.Join(berr, err)
+		return errors.Join(berr, savepointGone(err))
 	}
 	if _, err := tx.ExecContext(cctx, shiftLeasesSQL, began); err != nil {
 		return errors.Join(berr, fmt.Errorf("shift leases: %w", err))
@@ -94,4 +100,14 @@ func (s *SQLite) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) er
 		}
 	}
 	return berr
+}
+
+// savepointGone says what a failed ROLLBACK TO or RELEASE of the body's
+// savepoint means: the body ended the transaction itself when the savepoint
+// no longer exists.
+func savepointGone(err error) error {
+	if strings.Contains(err.Error(), "no such savepoint") {
+		return fmt.Errorf("%w (%v)", dialect.ErrBodyEndedTx, err)
+	}
+	return err
 }

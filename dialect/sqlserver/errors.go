@@ -211,6 +211,8 @@ func mapErr(err error) error {
 	}
 	for _, me := range all {
 		switch {
+		case me.Number == errBodyTranCount:
+			return fmt.Errorf("%w (%s)", dialect.ErrBodyEndedTx, strings.TrimPrefix(me.Message, "stageq: "))
 		case me.Number >= errValidationFirst && me.Number <= errValidationLast,
 			me.Number == errCheckViolation, me.Number == errNullViolation,
 			me.Number == errTruncation, me.Number == errTruncationOld:
