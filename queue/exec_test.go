@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,10 +23,23 @@ func runExecTasks(t *testing.T, allow []string, bodies ...string) []dialect.LogE
 			t.Fatal(err)
 		}
 	}
-	w, err := queue.NewWorker(c, queue.WorkerConfig{AllowExec: allow, ExitWhenIdle: 300 * time.Millisecond,
-		PollMin: 10 * time.Millisecond, RetryBase: time.Millisecond, RetryMax: time.Millisecond})
+	return runUntilIdle(t, c, queue.WorkerConfig{AllowExec: allow}, nil)
+}
+
+// runUntilIdle runs one worker on c (cfg, with quick polling, retries and an
+// exit once idle; setup registers handlers) until the queue is idle, and
+// returns the Logs.
+func runUntilIdle(t *testing.T, c *queue.Client, cfg queue.WorkerConfig, setup func(*queue.Worker)) []dialect.LogEntry {
+	t.Helper()
+	ctx := context.Background()
+	cfg.ExitWhenIdle, cfg.PollMin = 300*time.Millisecond, 10*time.Millisecond
+	cfg.RetryBase, cfg.RetryMax = time.Millisecond, time.Millisecond
+	w, err := queue.NewWorker(c, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(w)
 	}
 	if err := w.Run(ctx); err != nil {
 		t.Fatal(err)

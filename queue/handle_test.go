@@ -48,25 +48,15 @@ func TestHandlerErrorWrappingErrLeaseLostIsTheTasksFailure(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "", 1, stages.Task{Kind: "report", Body: "x", MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := queue.NewWorker(c, queue.WorkerConfig{Lease: time.Minute, ExitWhenIdle: 300 * time.Millisecond,
-		PollMin: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var calls atomic.Int32
-	if err := w.Handle("report", func(context.Context, *queue.Task) error {
-		calls.Add(1)
-		return queue.NoRetry(fmt.Errorf("nightly report: %w", lease.ErrLost))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	logs, err := c.Logs(ctx, dialect.LogFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs := runUntilIdle(t, c, queue.WorkerConfig{Lease: time.Minute}, func(w *queue.Worker) {
+		if err := w.Handle("report", func(context.Context, *queue.Task) error {
+			calls.Add(1)
+			return queue.NoRetry(fmt.Errorf("nightly report: %w", lease.ErrLost))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if len(logs) != 1 || logs[0].Outcome != dialect.OutcomeFailed || !strings.Contains(logs[0].Error, "nightly report") ||
 		logs[0].RetryAt != nil {
 		t.Fatalf("Logs: %+v; want one failed attempt with the handler's error and no retry (NoRetry)", logs)
