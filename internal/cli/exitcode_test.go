@@ -24,6 +24,7 @@ func TestExitCodesMatchREADME(t *testing.T) {
 			{3, "not found", []string{"schedule", "delete", "nosuch"}},
 			{3, "not found", []string{"schedule", "pause", "nosuch"}},
 			{3, "not found", []string{"schedule", "list", "nosuch"}},
+			{3, "not found", []string{"schedule", "runs", "nosuch"}},
 			{2, "--state", []string{"tasks", "--state", "bogus"}},
 			{2, "--outcome", []string{"logs", "--outcome", "bogus"}},
 			{2, "unknown command \"down\"", []string{"migrate", "down"}},

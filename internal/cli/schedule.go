@@ -264,6 +264,17 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(runs) == 0 {
+				// No runs of a schedule, or no such schedule: only the second
+				// is an error, as for schedule list NAME.
+				known, err := c.Schedules(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if len(known) == 0 {
+					return exitCodeError{code: ExitNotFound, err: fmt.Errorf("schedule %q: %w", args[0], dialect.ErrNotFound)}
+				}
+			}
 			return writeList(cmd.OutOrStdout(), asJSON, runs, "SCHEDULED FOR\tOUTCOME\tTASKS\tPROCESS\tWORKER\tFIRED AT", func(r dialect.ScheduleRun) string {
 				return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
 					r.Outcome, r.TaskCount, r.ProcessID, r.WorkerID, tableTime(r.FiredAt))
