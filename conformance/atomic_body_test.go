@@ -4,13 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/stages"
 )
 
 // TestAtomicBodyThatEndsItsTransaction: an atomic task's body that runs a
-// COMMIT of its own, then fails or succeeds, ended the transaction that was to
+// COMMIT of its own, then fails or succeeds, or a ROLLBACK of its own, ended the transaction that was to
 // record its completion with it. The attempt fails for good with a message
 // that says so, and is not run again: what the body did before its COMMIT
 // (committed on PostgreSQL and SQLite; nothing on SQL Server, whose body runs
@@ -27,20 +28,23 @@ func TestAtomicBodyThatEndsItsTransaction(t *testing.T) {
 		}
 		db.exec(t, "CREATE TABLE "+effects+" (process varchar(50))")
 		yes := true
-		for _, c := range []struct{ process, after string }{
-			{"commits-then-fails", "; SELECT * FROM stageq_no_such_table"},
-			{"commits-then-succeeds", ""},
-		} {
-			body := "INSERT INTO " + effects + " VALUES ('" + c.process + "'); COMMIT" + c.after
+		cases := []struct{ process, after string }{
+			{"commits-then-fails", "COMMIT; SELECT * FROM stageq_no_such_table"},
+			{"commits-then-succeeds", "COMMIT"},
+			{"rolls-back", "ROLLBACK"},
+		}
+		for _, c := range cases {
+			body := "INSERT INTO " + effects + " VALUES ('" + c.process + "'); " + c.after
 			if _, err := db.Client.Enqueue(ctx, c.process, 1, stages.Task{Body: body, Atomic: &yes, MaxAttempts: 3}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		cfg := fastConfig()
-		cfg.RetryBase, cfg.RetryMax = 1, 1 // a retry would come at once
+		cfg.RetryBase, cfg.RetryMax = time.Millisecond, time.Millisecond // a retry would come at once
 		startWorkers(t, db, 1, cfg, nil)
-		for _, process := range []string{"commits-then-fails", "commits-then-succeeds"} {
-			waitFor(t, 20*1e9, process+" to fail for good", func() bool {
+		for _, c := range cases {
+			process := c.process
+			waitFor(t, 20*time.Second, process+" to fail for good", func() bool {
 				tk := db.tasks(t, dialect.TaskFilter{Process: process})
 				return len(tk) == 1 && tk[0].State == dialect.StateFailed
 			})

@@ -58,10 +58,10 @@ RETURNING id, process_id, execution_order, kind, body, attempt, schedule_name, s
 	claimDueGoneLogSQL = `
 INSERT INTO stageq_logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt, lease_token,
                          started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
-VALUES (?1, ?3, coalesce((SELECT l.process_name FROM stageq_logs l WHERE l.process_id = ?3
-                          ORDER BY l.started_at DESC LIMIT 1), 'process ' || ?3 || ' (deleted)'),
-        ?4, ?5, ?6, ?2, ?7, 0, strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), 0,
-        'cancelled', 'its process (id ' || ?3 || ') no longer exists: task removed', ?8, ?9)`
+SELECT ?1, t.process_id, ` + loggedNameSQL + `,
+       ?4, ?5, ?6, ?2, ?7, 0, strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now'), 0,
+       'cancelled', 'its process (id ' || t.process_id || ') no longer exists: task removed', ?8, ?9
+  FROM (SELECT ?3 AS process_id) t`
 	// Due scheduled tasks become available. As PostgreSQL's claim does, each
 	// is stamped with its priority's current virtual time, its process's due
 	// tasks spaced by its stride (fairStride): it takes its turn at the head,

@@ -71,10 +71,7 @@ SELECT t.id, t.process_id, ` + opAuditNameSQL + `, t.execution_order, t.kind, t.
 	// opAuditNameSQL names the audited task's process: by its row, or, where
 	// it was deleted by hand (foreign keys off, as the sqlite3 shell leaves
 	// them), by the newest Logs row of the process (stageq_logs_process).
-	opAuditNameSQL = `coalesce(p.name,
-                (SELECT l.process_name FROM stageq_logs l WHERE l.process_id = t.process_id
-                  ORDER BY l.started_at DESC LIMIT 1),
-                'process ' || t.process_id || ' (deleted)')`
+	opAuditNameSQL = `coalesce(p.name, ` + loggedNameSQL + `)`
 	// opProcessByIDSQL reads a process back by id (sqlbase's LockProcessByID;
 	// the write transaction is the lock). In: id. Out: id.
 	opProcessByIDSQL = `SELECT id FROM stageq_processes WHERE id = ?`
@@ -160,3 +157,9 @@ func restamp(ctx context.Context, q dialect.Querier, id, stride int64) error {
 	}
 	return nil
 }
+
+// loggedNameSQL names the process t.process_id, whose row was deleted by hand
+// (foreign keys off, as the sqlite3 shell leaves them), by its newest Logs
+// row, a seek on stageq_logs_process, or else by its id.
+const loggedNameSQL = `coalesce((SELECT l.process_name FROM stageq_logs l WHERE l.process_id = t.process_id
+                  ORDER BY l.started_at DESC LIMIT 1), 'process ' || t.process_id || ' (deleted)')`
