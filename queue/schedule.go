@@ -83,19 +83,6 @@ type tickSpec interface {
 	atOrAfter(t time.Time) time.Time
 }
 
-type cronSpec struct{ s cron.Schedule }
-
-func (c cronSpec) next(t time.Time) time.Time {
-	if n := c.s.Next(t); !n.IsZero() {
-		return n
-	}
-	return farFuture
-}
-
-// cron's Next rounds up to the next whole second strictly after its argument, so
-// one nanosecond earlier gives the first tick at or after t.
-func (c cronSpec) atOrAfter(t time.Time) time.Time { return c.next(t.Add(-time.Nanosecond)) }
-
 // intervalSpec ticks every iv from anchor (a tick, normally the stored next_run).
 type intervalSpec struct {
 	iv     time.Duration
