@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -9,40 +10,35 @@ import (
 // through both of a year's clock changes; one that runs every hour follows real
 // time through them.
 func TestCronAcrossClockChanges(t *testing.T) {
-	utc := func(mo time.Month, d, h, m int) time.Time { return time.Date(2026, mo, d, h, m, 0, 0, time.UTC) }
-	for _, c := range []struct {
-		name, cron, zone string
-		from             time.Time
-		want             []time.Time
-	}{
-		{"spring: the skipped 02:00 fires at the change (03:00 CEST)", "0 2 * * *", "Europe/Paris",
-			utc(3, 28, 1, 0), []time.Time{utc(3, 29, 1, 0), utc(3, 30, 0, 0)}},
-		{"spring: every tick of the skipped hour fires once, at the change", "*/20 2 * * *", "Europe/Paris",
-			utc(3, 29, 0, 30), []time.Time{utc(3, 29, 1, 0), utc(3, 30, 0, 0)}},
-		{"spring: a tick the change does not touch keeps its time", "0 3 * * *", "Europe/Paris",
-			utc(3, 28, 2, 0), []time.Time{utc(3, 29, 1, 0), utc(3, 30, 1, 0)}},
-		{"autumn: the repeated 02:30 fires the first time only", "30 2 * * *", "Europe/Paris",
-			utc(10, 24, 0, 30), []time.Time{utc(10, 25, 0, 30), utc(10, 26, 1, 30)}},
-		{"autumn: no tick of the repeated hour fires twice", "*/30 2 * * *", "Europe/Paris",
-			utc(10, 25, 0, 0), []time.Time{utc(10, 25, 0, 30), utc(10, 26, 1, 0)}},
-		{"autumn: every hour is real time", "0 * * * *", "Europe/Paris",
-			utc(10, 24, 23, 30), []time.Time{utc(10, 25, 0, 0), utc(10, 25, 1, 0), utc(10, 25, 2, 0)}},
-		{"spring: every hour is real time", "0 * * * *", "Europe/Paris",
-			utc(3, 29, 0, 0), []time.Time{utc(3, 29, 1, 0), utc(3, 29, 2, 0)}},
-		{"New York, spring", "30 2 * * *", "America/New_York",
-			utc(3, 7, 7, 30), []time.Time{utc(3, 8, 7, 0), utc(3, 9, 6, 30)}},
-		{"New York, autumn", "30 1 * * *", "America/New_York",
-			utc(10, 31, 5, 30), []time.Time{utc(11, 1, 5, 30), utc(11, 2, 6, 30)}},
+	// Each case: zone, expression, where to start, then the ticks wanted, all
+	// in UTC on 2026's dates.
+	for name, c := range map[string][4]string{
+		"spring: the skipped 02:00 fires at the change (03:00 CEST)":       {"Europe/Paris", "0 2 * * *", "03-28 01:00", "03-29 01:00, 03-30 00:00"},
+		"spring: every tick of the skipped hour fires once, at the change": {"Europe/Paris", "*/20 2 * * *", "03-29 00:30", "03-29 01:00, 03-30 00:00"},
+		"spring: a tick the change does not touch keeps its time":          {"Europe/Paris", "0 3 * * *", "03-28 02:00", "03-29 01:00, 03-30 01:00"},
+		"spring: every hour is real time":                                  {"Europe/Paris", "0 * * * *", "03-29 00:00", "03-29 01:00, 03-29 02:00"},
+		"autumn: the repeated 02:30 fires the first time only":             {"Europe/Paris", "30 2 * * *", "10-24 00:30", "10-25 00:30, 10-26 01:30"},
+		"autumn: no tick of the repeated hour fires twice":                 {"Europe/Paris", "*/30 2 * * *", "10-25 00:00", "10-25 00:30, 10-26 01:00"},
+		"autumn: every hour is real time":                                  {"Europe/Paris", "0 * * * *", "10-24 23:30", "10-25 00:00, 10-25 01:00, 10-25 02:00"},
+		"New York, spring":                                                 {"America/New_York", "30 2 * * *", "03-07 07:30", "03-08 07:00, 03-09 06:30"},
+		"New York, autumn":                                                 {"America/New_York", "30 1 * * *", "10-31 05:30", "11-01 05:30, 11-02 06:30"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			s, _, err := parseCron(c.cron, c.zone)
+		t.Run(name, func(t *testing.T) {
+			utc := func(s string) time.Time {
+				at, err := time.Parse("2006-01-02 15:04", "2026-"+s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return at
+			}
+			s, _, err := parseCron(c[1], c[0])
 			if err != nil {
 				t.Fatal(err)
 			}
-			at := c.from
-			for i, want := range c.want {
-				if at = (cronSpec{s}).next(at); !at.Equal(want) {
-					t.Fatalf("tick %d = %s, want %s", i+1, at.UTC(), want)
+			at := utc(c[2])
+			for i, w := range strings.Split(c[3], ", ") {
+				if at = (cronSpec{s}).next(at); !at.Equal(utc(w)) {
+					t.Fatalf("tick %d = %s, want %s", i+1, at.UTC(), utc(w))
 				}
 			}
 		})
