@@ -23,6 +23,7 @@ func TestDialectContract(t *testing.T) {
 		"ProcessRetry":           contractProcessRetry,
 		"LimitSet":               contractLimitSet,
 		"Schedules":              contractSchedules,
+		"ScheduleFire":           contractScheduleFire,
 		"Leases":                 contractLeases,
 		"TaskClaim":              contractTaskClaim,
 		"TaskFinishMany":         contractTaskFinishMany,

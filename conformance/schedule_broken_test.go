@@ -86,6 +86,43 @@ func TestScheduleBrokenPlanDoesNotStarveOthers(t *testing.T) {
 	})
 }
 
+// TestScheduleTickThatHasARunDoesNotBlock: a run-now recorded at the very
+// instant of a schedule's next tick holds the run history's key for that tick.
+// The scheduler counts it as the tick's run and moves on, and the schedules
+// due after it keep firing. (Before, every fire of the tick met the key, was
+// read as another worker's, and was tried again every 100 ms for ever.)
+func TestScheduleTickThatHasARunDoesNotBlock(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		taken := everySecond("a-taken", stages.Task{Body: "SELECT 1"})
+		taken.Start = schedDBNow(t, db).Truncate(time.Millisecond)
+		db.addSchedule(t, taken)
+		db.addSchedule(t, everySecond("b-healthy", stages.Task{Body: "SELECT 2"}))
+		list, err := db.Client.Schedules(ctx, "a-taken")
+		if err != nil || len(list) != 1 {
+			t.Fatalf("schedules: %+v, %v", list, err)
+		}
+		// What `schedule run-now` records when the database's now is that tick.
+		if err := db.D.ScheduleFire(ctx, nil, dialect.ScheduleFireParams{ScheduleID: list[0].ID, ScheduleName: "a-taken",
+			WorkerID: "operator", ScheduledFor: taken.Start, Outcome: dialect.RunManual}); err != nil {
+			t.Fatal(err)
+		}
+		startWorkers(t, db, 1, fastConfig(), nil)
+		waitFor(t, 30*time.Second, "three runs of each schedule after the taken tick", func() bool {
+			return schedRunsWith(t, db, "b-healthy", dialect.RunEnqueued) >= 3 && schedRunsWith(t, db, "a-taken", dialect.RunEnqueued) >= 3
+		})
+		runs := schedRuns(t, db, "a-taken")
+		if first := runs[0]; !first.ScheduledFor.Equal(taken.Start) || first.Outcome != dialect.RunManual {
+			t.Errorf("first run %+v; want the manual one at %s", first, taken.Start)
+		}
+		for _, r := range runs[1:] {
+			if !r.ScheduledFor.After(taken.Start) {
+				t.Errorf("run %+v at or before the taken tick %s", r, taken.Start)
+			}
+		}
+	})
+}
+
 // schedRunsWith counts a schedule's runs whose outcome is outcome.
 func schedRunsWith(t *testing.T, db *testDB, name, outcome string) int {
 	t.Helper()

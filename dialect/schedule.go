@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -15,6 +16,11 @@ var (
 	// ErrConflict means a schedule changed under the caller (another worker
 	// advanced it first); the caller's transaction must be rolled back.
 	ErrConflict = errors.New("conflict: the row changed meanwhile")
+	// ErrTickRecorded is the ErrConflict of ScheduleFire when the tick already
+	// has its run row (the run history's key is the schedule and the tick). A
+	// run-now recorded at the very instant of a later tick leaves one; the
+	// caller's transaction must be rolled back.
+	ErrTickRecorded = fmt.Errorf("%w: the tick already has a run", ErrConflict)
 )
 
 // Scheduler is what the core asks of a database for recurring schedules and
@@ -58,8 +64,9 @@ type Scheduler interface {
 	// still in the queue (pending, running or failed for good).
 	ScheduleUnfinished(ctx context.Context, tx *sql.Tx, name string) (bool, error)
 	// ScheduleFire records one handled tick in tx: it tags the tasks enqueued for
-	// it, writes the run's audit row, and (when p.Advance) moves next_run from
-	// p.PrevNextRun to p.NextRun, returning ErrConflict when next_run moved.
+	// it, writes the run's audit row (ErrTickRecorded when the tick has one),
+	// and (when p.Advance) moves next_run from p.PrevNextRun to p.NextRun,
+	// returning ErrConflict when next_run moved.
 	ScheduleFire(ctx context.Context, tx *sql.Tx, p ScheduleFireParams) error
 	// ScheduleNextDue is how long until the earliest unpaused next_run, by the
 	// database's clock (zero or negative: something is due). ok is false when
@@ -170,6 +177,9 @@ type ScheduleFireParams struct {
 	NextRun     time.Time
 	// PruneBefore deletes the schedule's run history older than this.
 	PruneBefore time.Time
+	// Recorded writes no run row, for a tick that has one already
+	// (ErrTickRecorded): the advance or the last-run note only.
+	Recorded bool
 }
 
 // ScheduleRunFilter selects one schedule's runs; Limit 0 reads all.

@@ -142,36 +142,53 @@ func (w *Worker) setAside(ctx context.Context, c *Client, s dialect.ScheduleInfo
 		log.Error().Err(cause).Msg("the schedule cannot compute its ticks; paused it (fix it, then `queuectl schedule resume`)")
 		return errScheduleSkipped
 	}
-	tx, err := w.d.BeginTx(ctx)
+	ok, err := w.recordApart(ctx, s, *d, dialect.RunFailed, false)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	cur, now, err := w.d.ScheduleLock(ctx, tx, s.Name)
-	if err != nil {
-		return err
-	}
-	if !cur.NextRun.Equal(s.NextRun) || cur.Paused {
+	if !ok {
 		return errScheduleSkipped // changed meanwhile: someone else handled it
-	}
-	err = w.d.ScheduleFire(ctx, tx, dialect.ScheduleFireParams{
-		ScheduleID: s.ID, ScheduleName: s.Name, WorkerID: w.cfg.ID, ScheduledFor: d.scheduledFor,
-		Outcome: dialect.RunFailed, Advance: true, PrevNextRun: s.NextRun, NextRun: d.next,
-		PruneBefore: now.Add(-scheduleRunRetention),
-	})
-	if errors.Is(err, dialect.ErrConflict) {
-		return errScheduleSkipped
-	}
-	if err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
 	}
 	w.cfg.Metrics.tick(dialect.RunFailed)
 	log.Error().Err(cause).Time("scheduled_for", d.scheduledFor).Time("next_run", d.next).
 		Msg("the schedule's run could not be enqueued; tick recorded as failed")
 	return errScheduleSkipped
+}
+
+// recordApart records the due tick d of s as outcome and moves next_run on, in
+// a transaction of its own (the one that failed was rolled back); recorded
+// means the tick has its run row already (ErrTickRecorded), and is found out
+// here too. ok is false, with nothing done, when the schedule changed
+// meanwhile: someone else handled it.
+func (w *Worker) recordApart(ctx context.Context, s dialect.ScheduleInfo, d tickDecision, outcome string, recorded bool) (ok bool, err error) {
+	tx, err := w.d.BeginTx(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	cur, now, err := w.d.ScheduleLock(ctx, tx, s.Name)
+	if err != nil {
+		return false, err
+	}
+	if !cur.NextRun.Equal(s.NextRun) || cur.Paused {
+		return false, nil
+	}
+	err = w.d.ScheduleFire(ctx, tx, dialect.ScheduleFireParams{
+		ScheduleID: s.ID, ScheduleName: s.Name, WorkerID: w.cfg.ID, ScheduledFor: d.scheduledFor,
+		Outcome: outcome, Recorded: recorded, Advance: true, PrevNextRun: s.NextRun, NextRun: d.next,
+		PruneBefore: now.Add(-scheduleRunRetention),
+	})
+	if errors.Is(err, dialect.ErrTickRecorded) && !recorded {
+		tx.Rollback()
+		return w.recordApart(ctx, s, d, outcome, true)
+	}
+	if errors.Is(err, dialect.ErrConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
 }
 
 // fireOne handles one due tick in its own transaction; ok is false when none was
@@ -216,6 +233,20 @@ func (w *Worker) fireOne(ctx context.Context, c *Client, failures map[int64]int)
 		Outcome: d.outcome, Advance: true, PrevNextRun: s.NextRun, NextRun: d.next,
 		PruneBefore: now.Add(-scheduleRunRetention),
 	}, d.enqueue)
+	if errors.Is(err, dialect.ErrTickRecorded) {
+		// We hold the schedule, so no other worker fired this tick: a run-now
+		// recorded at its very instant did. Every fire of it would meet that row,
+		// and the earliest due schedule first would hold back every later one:
+		// count that run as the tick's and move on.
+		tx.Rollback()
+		ok, err := w.recordApart(ctx, s, d, dialect.RunManual, true)
+		if err != nil || !ok {
+			return false, err
+		}
+		w.log.Warn().Str("schedule", s.Name).Time("scheduled_for", d.scheduledFor).Time("next_run", d.next).
+			Msg("the tick already has a run (a run-now at that very instant); counted as its run")
+		return false, errScheduleSkipped
+	}
 	if errors.Is(err, dialect.ErrConflict) {
 		// Someone else handled it: not an error, and nothing of ours commits.
 		return false, nil

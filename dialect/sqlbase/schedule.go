@@ -161,15 +161,8 @@ func (b *Base) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.Schedule
 			return fmt.Errorf("schedule %q: tag tasks: %w", fp.ScheduleName, b.MapErr(err))
 		}
 	}
-	var pid sql.NullInt64
-	if fp.ProcessID != 0 {
-		pid = sql.NullInt64{Int64: fp.ProcessID, Valid: true}
-	}
-	if _, err := q.ExecContext(ctx, b.Schedule.Run, fp.ScheduleID, tick, fp.Outcome, pid, len(fp.TaskIDs), fp.WorkerID); err != nil {
-		if b.IsUnique(err) {
-			return fmt.Errorf("schedule %q: tick %s: %w", fp.ScheduleName, fp.ScheduledFor.Format(time.RFC3339Nano), dialect.ErrConflict)
-		}
-		return fmt.Errorf("schedule %q: record run: %w", fp.ScheduleName, b.MapErr(err))
+	if err := b.recordRun(ctx, q, fp, tick); err != nil {
+		return err
 	}
 	if fp.Advance {
 		n, err := b.execCount(ctx, q, b.Schedule.Advance, fp.ScheduleID, b.Time(fp.PrevNextRun), b.Time(fp.NextRun),
@@ -187,6 +180,25 @@ func (b *Base) ScheduleFire(ctx context.Context, tx *sql.Tx, fp dialect.Schedule
 		if _, err := q.ExecContext(ctx, b.Schedule.PruneRuns, fp.ScheduleID, b.Time(fp.PruneBefore)); err != nil {
 			return fmt.Errorf("schedule %q: prune run history: %w", fp.ScheduleName, b.MapErr(err))
 		}
+	}
+	return nil
+}
+
+// recordRun writes the tick's run row, unless it has one (fp.Recorded).
+func (b *Base) recordRun(ctx context.Context, q dialect.Querier, fp dialect.ScheduleFireParams, tick any) error {
+	if fp.Recorded {
+		return nil
+	}
+	var pid sql.NullInt64
+	if fp.ProcessID != 0 {
+		pid = sql.NullInt64{Int64: fp.ProcessID, Valid: true}
+	}
+	_, err := q.ExecContext(ctx, b.Schedule.Run, fp.ScheduleID, tick, fp.Outcome, pid, len(fp.TaskIDs), fp.WorkerID)
+	if b.IsUnique(err) {
+		return fmt.Errorf("schedule %q: tick %s: %w", fp.ScheduleName, fp.ScheduledFor.Format(time.RFC3339Nano), dialect.ErrTickRecorded)
+	}
+	if err != nil {
+		return fmt.Errorf("schedule %q: record run: %w", fp.ScheduleName, b.MapErr(err))
 	}
 	return nil
 }
