@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ var (
 
 // TestLogsPaging pages through more Logs rows than a page holds, many of them
 // started at the same instant (SQLite's clock has milliseconds, and one claim
-// stamps its rows alike): every row is shown exactly once, in order.
+// stamps its rows alike; a bulk cancel stamps hundreds alike on every
+// dialect): every row is shown exactly once, in order.
 func TestLogsPaging(t *testing.T) {
 	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
@@ -47,46 +49,80 @@ func TestLogsPaging(t *testing.T) {
 			t.Fatalf("logs: %d %v", len(want), err)
 		}
 		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
-		next := "?process=many&since=all"
-		var seen []int64
-		pages := 0
-		for next != "" {
-			resp, err := http.Get(base + "/logs" + next)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("page %d: %s: %s", pages+1, resp.Status, b)
-			}
-			pages++
-			rows := logRowRe.FindAllSubmatch(b, -1)
-			if len(rows) > 100 {
-				t.Errorf("page %d has %d rows, more than 100", pages, len(rows))
-			}
-			for _, m := range rows {
-				id, _ := strconv.ParseInt(string(m[1]), 10, 64)
-				seen = append(seen, id)
-			}
-			next = ""
-			if m := nextRe.FindSubmatch(b); m != nil {
-				next = html.UnescapeString(string(m[1]))
-			}
-			if pages > 10 {
-				t.Fatal("more than 10 pages: the cursor does not advance")
+		if seen, pages := pageLogs(t, base, "?process=many&since=all"); !slices.Equal(seen, logIDs(want)) || pages != 3 {
+			t.Errorf("pages showed %v in %d pages; want Logs' order %v in 3", seen, pages, logIDs(want))
+		}
+
+		// A bulk cancel writes every row at one instant: more than two pages of
+		// them must page through as well.
+		bulk := make([]stages.Task, 450)
+		for i := range bulk {
+			bulk[i] = stages.Task{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}
+		}
+		if _, err := c.Submit(ctx, stages.Plan{Process: "bulk", Stages: []stages.Stage{{Order: &one, Tasks: bulk}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := d.(dialect.Operator).ProcessCancel(ctx, "bulk"); err != nil {
+			t.Fatal(err)
+		}
+		want, err = d.LogList(ctx, dialect.LogFilter{Process: "bulk"})
+		if err != nil || len(want) != len(bulk) {
+			t.Fatalf("logs: %d %v", len(want), err)
+		}
+		same := 0
+		for _, e := range want {
+			if e.StartedAt.Equal(want[0].StartedAt) {
+				same++
 			}
 		}
-		if len(seen) != len(want) {
-			t.Fatalf("saw %d rows on %d pages, Logs has %d", len(seen), pages, len(want))
+		if same <= 200 {
+			t.Fatalf("only %d of the cancel's Logs rows share its first instant; the case needs more than two pages of them", same)
 		}
-		for i, e := range want {
-			if seen[i] != e.ID {
-				t.Fatalf("row %d: page shows log %d, Logs order has %d", i, seen[i], e.ID)
-			}
-		}
-		if pages != 3 {
-			t.Errorf("%d pages for %d rows, want 3", pages, len(want))
+		if seen, pages := pageLogs(t, base, "?process=bulk&since=all"); !slices.Equal(seen, logIDs(want)) || pages != 5 {
+			t.Errorf("pages showed %d rows in %d pages, in Logs' order: %v; want %d in 5", len(seen), pages,
+				slices.Equal(seen, logIDs(want)), len(want))
 		}
 	})
+}
+
+func logIDs(es []dialect.LogEntry) []int64 {
+	ids := make([]int64, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+// pageLogs follows the Logs page's "next" links from query and returns the
+// ids of the rows shown, in order, and how many pages it read.
+func pageLogs(t *testing.T, base, query string) (seen []int64, pages int) {
+	t.Helper()
+	for next := query; next != ""; {
+		resp, err := http.Get(base + "/logs" + next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("page %d: %s: %s", pages+1, resp.Status, b)
+		}
+		pages++
+		rows := logRowRe.FindAllSubmatch(b, -1)
+		if len(rows) > 100 {
+			t.Errorf("page %d has %d rows, more than 100", pages, len(rows))
+		}
+		for _, m := range rows {
+			id, _ := strconv.ParseInt(string(m[1]), 10, 64)
+			seen = append(seen, id)
+		}
+		next = ""
+		if m := nextRe.FindSubmatch(b); m != nil {
+			next = html.UnescapeString(string(m[1]))
+		}
+		if pages > 20 {
+			t.Fatal("more than 20 pages: the cursor does not advance")
+		}
+	}
+	return seen, pages
 }

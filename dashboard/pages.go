@@ -158,23 +158,21 @@ func (s *Server) whyJSON(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"task": tw.Task, "reasons": Explain(tw)})
 }
 
-// logCursor pages Logs (oldest first) without an offset: the start time of the
-// last row shown and the ids shown at exactly that time.
+// logCursor pages Logs (oldest first) without an offset: the start time and id
+// of the last row shown, a key in the list's own order (started_at, id), so
+// that any number of rows started at one instant (a bulk cancel writes them
+// all with one timestamp) page through, each once.
 type logCursor struct {
-	At  time.Time
-	IDs []int64
+	At time.Time
+	ID int64
 }
 
 func (c logCursor) String() string {
-	ids := make([]string, len(c.IDs))
-	for i, id := range c.IDs {
-		ids[i] = strconv.FormatInt(id, 10)
-	}
-	return c.At.UTC().Format(time.RFC3339Nano) + "~" + strings.Join(ids, ".")
+	return c.At.UTC().Format(time.RFC3339Nano) + "~" + strconv.FormatInt(c.ID, 10)
 }
 
 func parseCursor(s string) (logCursor, bool) {
-	at, ids, ok := strings.Cut(s, "~")
+	at, id, ok := strings.Cut(s, "~")
 	if !ok {
 		return logCursor{}, false
 	}
@@ -182,18 +180,11 @@ func parseCursor(s string) (logCursor, bool) {
 	if err != nil {
 		return logCursor{}, false
 	}
-	c := logCursor{At: t}
-	for _, p := range strings.Split(ids, ".") {
-		if p == "" {
-			continue
-		}
-		id, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || len(c.IDs) >= logPageSize+1 {
-			return logCursor{}, false
-		}
-		c.IDs = append(c.IDs, id)
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n < 0 {
+		return logCursor{}, false
 	}
-	return c, true
+	return logCursor{At: t, ID: n}, true
 }
 
 var outcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
@@ -220,42 +211,25 @@ func (s *Server) logs(r *http.Request) (string, any, error) {
 		}
 		f.Since = time.Now().Add(-d)
 	}
-	var skip map[int64]bool
 	if v := q.Get("after"); v != "" {
 		c, ok := parseCursor(v)
 		if !ok {
 			return "", nil, fmt.Errorf("%w: bad page cursor", errBadInput)
 		}
-		if c.At.After(f.Since) {
-			f.Since = c.At
-		}
-		skip = map[int64]bool{}
-		for _, id := range c.IDs {
-			skip[id] = true
+		if !c.At.Before(f.Since) {
+			f.Since, f.AfterID = c.At, c.ID
 		}
 	}
-	f.Limit = logPageSize + len(skip) + 1
-	got, err := s.d.LogList(r.Context(), f)
+	f.Limit = logPageSize + 1
+	entries, err := s.d.LogList(r.Context(), f)
 	if err != nil {
 		return "", nil, err
-	}
-	entries := got[:0]
-	for _, e := range got {
-		if !skip[e.ID] {
-			entries = append(entries, e)
-		}
 	}
 	next := ""
 	if len(entries) > logPageSize {
 		entries = entries[:logPageSize]
-		last := entries[len(entries)-1].StartedAt
-		c := logCursor{At: last}
-		for _, e := range entries {
-			if e.StartedAt.Equal(last) {
-				c.IDs = append(c.IDs, e.ID)
-			}
-		}
-		next = c.String()
+		last := entries[len(entries)-1]
+		next = logCursor{At: last.StartedAt, ID: last.ID}.String()
 	}
 	return "Logs", map[string]any{"Logs": entries, "Q": q, "Since": since, "Next": next, "Outcomes": outcomes,
 		"Paged": q.Get("after") != ""}, nil

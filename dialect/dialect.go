@@ -366,6 +366,9 @@ type LogFilter struct {
 	Outcome  Outcome
 	Since    time.Time
 	Limit    int
+	// AfterID pages the list: of the rows that started at Since exactly, only
+	// those whose id is greater (the list is ordered by start time, then id).
+	AfterID int64
 }
 
 // LogEntry is one attempt of one task.

@@ -10,7 +10,7 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
    AND ($2 = 0 OR task_id = $2)
    AND ($3 = '' OR worker_id = $3)
    AND ($4 = '' OR outcome = $4)
-   AND started_at >= $5
+   AND started_at >= $5 AND (started_at > $5 OR id > $7)
  ORDER BY started_at, id
  LIMIT $6`
 

@@ -25,7 +25,7 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 		since = time.Unix(0, 0)
 	}
 	return list(ctx, b, "logs", b.SQL.LogList, dialect.ScanLogEntry,
-		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit))
+		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit), f.AfterID)
 }
 
 // TaskList implements dialect.Dialect.

@@ -37,7 +37,7 @@ var baseArgs = map[string][]struct {
 	"delete task":        {{"pTaskId", int64(0)}},
 	"mark cancelled":     {{"pProcessId", int64(0)}},
 	"log list": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
-		{"pSince", time.Time{}}, {"pLimit", 0}},
+		{"pSince", time.Time{}}, {"pLimit", 0}, {"pAfterId", int64(0)}},
 	"task list":       {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}},
 	"process get":     {{"pName", ""}},
 	"process list":    {{"pName", ""}, {"pAll", false}},

@@ -8,7 +8,8 @@ package sqlserver
 // nothing to the plan cache either.
 
 // logListSQL reads Logs oldest first. In: process name, task id, worker id,
-// outcome (empty or 0: no filter), started at or after, row limit. Out: log rows.
+// outcome (empty or 0: no filter), started at or after, row limit, and the id to
+// page after among rows started at that very time (0: none). Out: log rows.
 const logListSQL = `
 SET NOCOUNT ON;
 DECLARE @Process nvarchar(400) = @pProcess,
@@ -16,7 +17,8 @@ DECLARE @Process nvarchar(400) = @pProcess,
         @WorkerId nvarchar(400) = @pWorkerId,
         @Outcome varchar(20) = @pOutcome,
         @Since datetime2(7) = @pSince,
-        @Limit int = @pLimit;
+        @Limit int = @pLimit,
+        @AfterId bigint = @pAfterId;
 SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_order, l.kind, l.body,
        l.worker_id, l.attempt, l.started_at, l.ended_at, l.outcome, COALESCE(l.error, N''), l.retry_at,
        COALESCE(l.schedule_name, N'')
@@ -25,7 +27,7 @@ SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_o
    AND (@TaskId = 0 OR l.task_id = @TaskId)
    AND (@WorkerId = N'' OR l.worker_id = @WorkerId)
    AND (@Outcome = '' OR l.outcome = @Outcome)
-   AND l.started_at >= @Since
+   AND l.started_at >= @Since AND (l.started_at > @Since OR l.id > @AfterId)
  ORDER BY l.started_at, l.id
 OPTION (RECOMPILE);`
 
