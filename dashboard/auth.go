@@ -67,6 +67,22 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// loopbackHost reports whether a request's Host names this machine's loopback:
+// localhost (or a name under .localhost, which resolves there by RFC 6761) or a
+// loopback IP, with or without a port.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
 const sessionCookie = "stageq_session"
 
 // session returns the browser's session id, setting a new one when it has none.

@@ -501,6 +501,22 @@ func TestReadOnlyAndAccess(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("POST on a read-only dashboard: status %d, want 403", resp.StatusCode)
 	}
+	// Without credentials, a page of another site whose name rebinds to
+	// 127.0.0.1 (DNS rebinding) is refused: it names its own host.
+	port := strings.TrimPrefix(base, "http://127.0.0.1")
+	for host, want := range map[string]int{"rebind.evil.example" + port: http.StatusMisdirectedRequest,
+		"localhost" + port: http.StatusOK, "[::1]" + port: http.StatusOK, "127.0.0.1" + port: http.StatusOK} {
+		req, _ := http.NewRequest("GET", base+"/", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: status %d, want %d", host, resp.StatusCode, want)
+		}
+	}
 
 	t.Setenv("STAGEQ_DASHBOARD_TOKEN", "s3cret-token")
 	base, _ = serve(t, dsn, "--addr", "127.0.0.1:0")

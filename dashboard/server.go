@@ -110,6 +110,13 @@ func New(c *queue.Client, cfg Config) (*Server, error) {
 
 // ServeHTTP checks access, then serves.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.Access.Required() && !loopbackHost(r.Host) {
+		// Without credentials only the loopback address is served; a page of
+		// another site whose name it rebinds to 127.0.0.1 reaches that address
+		// too, but names its own host.
+		http.Error(w, "this dashboard answers only to a loopback host name (localhost, 127.0.0.1, [::1]) unless it requires credentials", http.StatusMisdirectedRequest)
+		return
+	}
 	if !s.cfg.Access.allows(r) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="stageq", charset="UTF-8"`)
 		http.Error(w, "credentials required", http.StatusUnauthorized)
