@@ -114,6 +114,8 @@ func dsnFlag(cmd *cobra.Command, dsn *string) {
 	pf := cmd.PersistentFlags()
 	pf.StringVar(dsn, "dsn", def,
 		"queue database: sqlite://file.db, postgres://user@host/db, sqlserver://user:pass@host?database=db (env STAGEQ_DSN)")
+	// --help prints the default: never the password that STAGEQ_DSN carries.
+	pf.Lookup("dsn").DefValue = dialect.Redact(def)
 	var timeout time.Duration
 	pf.DurationVar(&timeout, "connect-timeout", dialect.DefaultConnectTimeout,
 		"give up a connection attempt after this long (overrides connect_timeout / \"connection timeout\" in the DSN)")

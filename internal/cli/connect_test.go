@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // blackhole accepts TCP connections and never answers, like a server that hangs.
@@ -131,6 +133,21 @@ func TestBadDSNHidesPassword(t *testing.T) {
 			if code != ExitUsage || strings.Contains(out+stderr, "S3cr") {
 				t.Errorf("%s %v: exit %d, output %q", dsn, args, code, out+stderr)
 			}
+		}
+	}
+}
+
+// TestHelpHidesTheEnvironmentsPassword: --help shows the default DSN, taken
+// from STAGEQ_DSN, without its password.
+func TestHelpHidesTheEnvironmentsPassword(t *testing.T) {
+	t.Setenv("STAGEQ_DSN", "postgres://app:TopS3cret@db.internal/prod")
+	for name, cmd := range map[string]func() *cobra.Command{
+		"queuectl": NewQueuectlCommand, "enqueue": NewEnqueueCommand, "worker": NewWorkerCommand,
+	} {
+		var out, errb bytes.Buffer
+		code := Execute(context.Background(), cmd(), []string{"--help"}, &out, &errb)
+		if code != 0 || strings.Contains(out.String()+errb.String(), "TopS3cret") || !strings.Contains(out.String(), "db.internal") {
+			t.Errorf("%s --help: exit %d, output %q; want the DSN shown without its password", name, code, out.String()+errb.String())
 		}
 	}
 }
