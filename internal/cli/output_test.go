@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +92,26 @@ func TestReadableOutput(t *testing.T) {
 			checkJSONStyle(t, fmt.Sprint(args), v)
 		}
 
+		// why and status --watch escape what the enqueuer wrote (a process
+		// name with a line break and an escape sequence) as tables do: it can
+		// neither drive the terminal nor forge a line of their output.
+		qcExpect(t, dsn, 0, "", "enqueue", "--process", "ev\x1b[2Jil\n- Nothing holds it back", "--order", "1", "--delay", "1h", "SELECT 1")
+		tasks, err := d.TaskList(ctx, dialect.TaskFilter{Process: "ev\x1b[2Jil\n- Nothing holds it back"})
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("the evil process's task: %+v, %v", tasks, err)
+		}
+		evilOutput := func(args ...string) {
+			t.Helper()
+			_, out, stderr := qc(t, dsn, args...)
+			if strings.Contains(out+stderr, "\x1b") || strings.Contains(out+stderr, "\n- Nothing") || !strings.Contains(out, `ev\x1b[2Jil\n- Nothing`) {
+				t.Errorf("%s: output %q, stderr %q; want the name escaped", args[0], out, stderr)
+			}
+		}
+		evilOutput("why", strconv.FormatInt(tasks[0].ID, 10))
+
 		// --wait --json is NDJSON: one object per line, nothing else.
 		qcWorker(t, dsn, queue.WorkerConfig{PollMax: 50 * time.Millisecond, NoScheduler: true})
+		evilOutput("enqueue", "--process", "ev\x1b[2Jil\n- Nothing, 2", "--wait", "SELECT 1") // status --watch's lines
 		out = qcExpect(t, dsn, 0, "", "enqueue", "--process", "nd", "--wait", "--json", "SELECT 1")
 		sc := bufio.NewScanner(strings.NewReader(out))
 		n := 0

@@ -281,10 +281,10 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 			return nil
 		case dialect.ProcessCancelled:
 			finish()
-			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q was cancelled: an operator removed its remaining tasks (see `queuectl logs --process %s --outcome cancelled`)", name, name)}
+			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q was cancelled: an operator removed its remaining tasks (see `queuectl logs --process %s --outcome cancelled`)", name, cell(name, 0))}
 		case dialect.ProcessFailed:
 			finish()
-			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q failed: a task failed for good (see `queuectl tasks --process %s --state failed`, then retry or discard it)", name, name)}
+			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q failed: a task failed for good (see `queuectl tasks --process %s --state failed`, then retry or discard it)", name, cell(name, 0))}
 		}
 		select {
 		case <-ctx.Done():
@@ -312,7 +312,7 @@ func summary(p dialect.ProcessStatus) string {
 		parts = append(parts, fmt.Sprintf("stage %d: %d/%d done, %d running, %d pending, %d failed",
 			s.Order, s.Done, s.Total(), s.Running, s.Pending, s.Failed))
 	}
-	return fmt.Sprintf("process %s %s; %s", p.Name, p.State, strings.Join(parts, "; "))
+	return fmt.Sprintf("process %s %s; %s", cell(p.Name, 0), p.State, strings.Join(parts, "; "))
 }
 
 // printRetention says what the workers' pruners keep and did last.

@@ -55,15 +55,18 @@ no live worker. Exit code 3 when the task is no longer in the queue.`,
 			}
 			out := cmd.OutOrStdout()
 			t := w.Task
-			fmt.Fprintf(out, "task %d (process %s, order %d, kind %s) is %s, attempt %d of %d\n", t.ID, t.Process, t.Order, t.Kind, t.State, t.Attempt, t.MaxAttempts)
+			// Names and reasons (which quote a task's error) come from whoever
+			// enqueued or ran the task: escaped as in tables, so that they can
+			// neither drive the terminal nor forge a line.
+			fmt.Fprintf(out, "task %d (process %s, order %d, kind %s) is %s, attempt %d of %d\n", t.ID, cell(t.Process, 0), t.Order, cell(t.Kind, 0), t.State, t.Attempt, t.MaxAttempts)
 			for _, r := range reasons {
-				fmt.Fprintf(out, "- %s\n", r.Text)
+				fmt.Fprintf(out, "- %s\n", cell(r.Text, 0))
 				for _, ref := range r.Tasks {
 					worker := ""
 					if ref.WorkerID != "" {
-						worker = " on " + ref.WorkerID
+						worker = " on " + cell(ref.WorkerID, 0)
 					}
-					fmt.Fprintf(out, "    task %d (process %s, order %d): %s%s\n", ref.ID, ref.Process, ref.Order, ref.State, worker)
+					fmt.Fprintf(out, "    task %d (process %s, order %d): %s%s\n", ref.ID, cell(ref.Process, 0), ref.Order, ref.State, worker)
 				}
 			}
 			return nil
