@@ -96,6 +96,9 @@ finish and starts no new ones above it. 0 stops a named or kind limit's tasks.`,
 			if err := op.LimitDelete(cmd.Context(), args[0]); err != nil {
 				return opError(err)
 			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"key": args[0], "deleted": true})
+			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "limit %q deleted\n", args[0])
 			return err
 		}),

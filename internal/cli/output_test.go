@@ -83,7 +83,7 @@ func TestReadableOutput(t *testing.T) {
 		// One JSON style.
 		for _, args := range [][]string{{"tasks", "--json"}, {"logs", "--json", "--limit", "3"}, {"status", "--json", "--all"},
 			{"limit", "list", "--json"}, {"schedule", "list", "--json"}, {"schedule", "runs", "nightly", "--json"},
-			{"enqueue", "--json", "--order", "3", "SELECT 3"}} {
+			{"enqueue", "--json", "--order", "3", "SELECT 3"}, {"limit", "set", "k1", "2", "--json"}, {"limit", "delete", "k1", "--json"}} {
 			out := qcExpect(t, dsn, 0, "", args...)
 			var v any
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
