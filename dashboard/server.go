@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"embed"
 	"errors"
@@ -38,6 +39,10 @@ type Config struct {
 	// MetricsProcesses is how many processes get a label of their own on
 	// /metrics; the rest are summed as process="other" (default 20).
 	MetricsProcesses int
+	// RequestTimeout bounds each request's work, so that a database that does
+	// not answer (frozen, or a lock held) fails the page instead of holding it
+	// open (default 15s).
+	RequestTimeout time.Duration
 	// Actor names the dashboard in what it records (a schedule's run-now).
 	Actor string
 	// Logger receives one line per action (never a credential).
@@ -63,6 +68,9 @@ func New(c *queue.Client, cfg Config) (*Server, error) {
 	}
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = 2 * time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 15 * time.Second
 	}
 	if cfg.MetricsProcesses <= 0 {
 		cfg.MetricsProcesses = 20
@@ -122,6 +130,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "credentials required", http.StatusUnauthorized)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	r = r.WithContext(ctx)
 	h := w.Header()
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -276,6 +287,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusBadRequest
 	case errors.Is(err, dialect.ErrWrongState):
 		status = http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
+		status = http.StatusGatewayTimeout
+		err = fmt.Errorf("the database did not answer within %s (--request-timeout): %w", s.cfg.RequestTimeout, err)
 	}
 	v := view{Title: "Error", CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Path: r.URL.RequestURI(),
 		Now: time.Now(), Data: map[string]any{"Status": status, "Error": err.Error(), "Back": backURL(r)}}

@@ -22,7 +22,11 @@
   function tick() {
     if (busy || dirty || document.hidden || editing()) return;
     busy = true;
-    fetch(location.href, { headers: { 'X-Stageq-Partial': '1' }, credentials: 'same-origin', cache: 'no-store' })
+    // A server that never answers (its network gone) must not hold every
+    // later turn back with the badge still showing "live".
+    var ctl = new AbortController();
+    var giveUp = setTimeout(function () { ctl.abort(); }, Math.max(4 * every, 30000));
+    fetch(location.href, { headers: { 'X-Stageq-Partial': '1' }, credentials: 'same-origin', cache: 'no-store', signal: ctl.signal })
       .then(function (r) {
         if (!r.ok) throw new Error(r.status);
         return r.text();
@@ -39,7 +43,7 @@
         if (live) live.classList.remove('off');
       })
       .catch(function () { if (live) live.classList.add('off'); })
-      .then(function () { busy = false; });
+      .then(function () { clearTimeout(giveUp); busy = false; });
   }
   setInterval(tick, every);
 })();

@@ -55,8 +55,8 @@ Every action asks for confirmation and carries a per-session CSRF token;
 				return usageErrorf("--addr %s is not a loopback address: set %s, or %s and %s, to require credentials",
 					addr, envDashToken, envDashUser, envDashPassword)
 			}
-			if cfg.DeadAfter <= 0 || cfg.Refresh <= 0 || cfg.MetricsProcesses <= 0 {
-				return usageErrorf("--dead-after, --refresh and --metrics-processes must be positive")
+			if cfg.DeadAfter <= 0 || cfg.Refresh <= 0 || cfg.MetricsProcesses <= 0 || cfg.RequestTimeout <= 0 {
+				return usageErrorf("--dead-after, --refresh, --request-timeout and --metrics-processes must be positive")
 			}
 			host, _ := os.Hostname()
 			cfg.Actor, cfg.Logger = fmt.Sprintf("dashboard@%s", host), log
@@ -81,6 +81,7 @@ Every action asks for confirmation and carries a per-session CSRF token;
 	f.BoolVar(&cfg.ReadOnly, "read-only", false, "show everything, change nothing")
 	f.DurationVar(&cfg.DeadAfter, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is dead")
 	f.DurationVar(&cfg.Refresh, "refresh", 2*time.Second, "how often pages refresh their content")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 15*time.Second, "a page or action whose database work takes longer fails (504)")
 	f.IntVar(&cfg.MetricsProcesses, "metrics-processes", 20, "processes with a label of their own on /metrics (the rest are process=\"(other)\")")
 	logs.add(cmd)
 	return cmd
