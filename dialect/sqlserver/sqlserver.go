@@ -90,9 +90,12 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	bodies.SetMaxIdleConns(16)
 	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files}
 	d.Base = d.newBase()
-	if err := d.retry(ctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) }); err != nil {
+	// One attempt, as on PostgreSQL: retried, each attempt's bound multiplied
+	// (five attempts took 56 s against a server that never answers). A worker
+	// retries its start by itself.
+	if err := db.PingContext(ctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("connect to sqlserver %s: %s", redactDSN(dsn), scrub(err.Error(), dsn))
+		return nil, dialect.ConnectFailed("sqlserver", redactDSN(dsn), bound, errors.New(scrub(err.Error(), dsn)))
 	}
 	if err := d.checkCompatibility(ctx); err != nil {
 		d.Close()

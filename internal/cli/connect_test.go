@@ -61,6 +61,8 @@ func TestConnectTimeout(t *testing.T) {
 		{pgFlag, []string{"--connect-timeout", "1s", "status"}, "bounded by 1s"},
 		{pgDSN, []string{"logs"}, "bounded by 1s"},
 		{pgDSN, []string{"enqueue", "SELECT 1"}, "bounded by 1s"},
+		{"sqlserver://sa:S3cret-pw@" + addr + "?database=x", []string{"--connect-timeout", "1s", "tasks"}, "bounded by 1s"},
+		{"sqlserver://sa:S3cret-pw@" + addr + "?database=x&connection+timeout=1", []string{"logs"}, "bounded by 1s"},
 	} {
 		args := c.args
 		start := time.Now()
