@@ -95,7 +95,7 @@ transaction. Prints what it created; --json for scripts.`,
 	f := cmd.Flags()
 	f.IntVar(&order, "order", 0, "ExecutionOrder: the stage within its process (whole number >= 0)")
 	f.StringVar(&process, "process", "", `process to add to, created if new (default "default")`)
-	f.StringVarP(&file, "file", "f", "", "plan file (.yaml, .yml or .json; '-' with --format for stdin) with many stages and tasks")
+	f.StringVarP(&file, "file", "f", "", "plan file (.yaml, .yml or .json; '-' for stdin, YAML or JSON) with many stages and tasks")
 	f.StringVar(&kind, "kind", queue.KindSQL, "task kind: sql, or the name of a Go handler registered on the workers")
 	f.IntVar(&maxAttempts, "max-attempts", stages.DefaultMaxAttempts, "attempts before the task fails for good")
 	f.IntVar(&priority, "priority", 0, "higher runs first among runnable tasks")

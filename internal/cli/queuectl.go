@@ -87,6 +87,9 @@ func newLogsCommand(dsn *string) *cobra.Command {
 			if since < 0 {
 				return usageErrorf("--since must not be negative")
 			}
+			if f.Limit < 0 || f.TaskID < 0 {
+				return usageErrorf("--limit and --task must not be negative (--limit 0 shows every row)")
+			}
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
@@ -152,6 +155,9 @@ func newTasksCommand(dsn *string) *cobra.Command {
 		PreRunE: func(*cobra.Command, []string) error { // the filter, before any connection
 			if f.State != "" && !slices.Contains(taskStates, f.State) {
 				return usageErrorf("--state %q: use one of %s", f.State, strings.Join(taskStates, ", "))
+			}
+			if f.Limit < 0 {
+				return usageErrorf("--limit must not be negative (0 shows every row)")
 			}
 			return nil
 		},
