@@ -6,15 +6,17 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// cronSpec computes the ticks of a cron expression in its time zone, and reads
-// a crontab as people do when the zone changes its clocks (cronie's rule):
+// cronSpec computes the ticks of a cron expression in its time zone. Where the
+// zone changes its clocks, a schedule that names its hours (`0 2 * * *`,
+// `30 */6 * * *`) means wall-clock times:
 //
-//   - A tick whose wall-clock time the spring change skips fires once, at the
-//     change (03:00 where 02:00 to 03:00 does not exist).
-//   - A schedule that names its hours (`0 2 * * *`, `30 */6 * * *`) fires a
-//     wall-clock time that the autumn change repeats the first time only; one
-//     that runs every hour (`*/15 * * * *`, `@hourly`) fires in both passes, as
-//     the repeated hour is real time like any other.
+//   - a tick whose time the spring change skips fires once, at the change
+//     (03:00 where 02:00 to 03:00 does not exist);
+//   - a time that the autumn change repeats fires the first time only.
+//
+// A schedule that runs every hour (`*/15 * * * *`, `@hourly`) follows real
+// time: the skipped hour has no instants to fire in, and the repeated hour is
+// an hour like any other, so it fires in both passes.
 //
 // robfig/cron walks the fields in the zone itself, and around a change its walk
 // drops the skipped tick, fires the repeated one twice, and in zones that
@@ -42,11 +44,11 @@ func (c cronSpec) next(t time.Time) time.Time {
 		if n.IsZero() {
 			return farFuture
 		}
-		if g, ok := skippedTick(sp, t, n); ok {
-			return g
-		}
 		if sp.Hour&allHours == allHours {
 			return n
+		}
+		if g, ok := skippedTick(sp, t, n); ok {
+			return g
 		}
 		// A tick in the second pass of a repeated hour had its wall-clock time at
 		// or before t, else matches would have found that first pass.
@@ -72,7 +74,7 @@ func matches(sp *cron.SpecSchedule, t time.Time) time.Time {
 		name, offset := local.Zone()
 		fixed.Location = time.FixedZone(name, offset)
 		n := fixed.Next(from)
-		_, change := local.ZoneBounds()
+		change := stretchEnd(in, sp.Location)
 		if n.IsZero() || change.IsZero() || n.Before(change) {
 			return n.In(sp.Location)
 		}
@@ -88,7 +90,7 @@ func matches(sp *cron.SpecSchedule, t time.Time) time.Time {
 func skippedTick(sp *cron.SpecSchedule, t, n time.Time) (time.Time, bool) {
 	for at := t.In(sp.Location); ; {
 		_, before := at.Zone()
-		_, change := at.ZoneBounds()
+		change := stretchEnd(at, sp.Location)
 		if change.IsZero() || change.After(n) {
 			return time.Time{}, false
 		}
@@ -122,4 +124,34 @@ func repeatedUntil(n time.Time, loc *time.Location) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return start.Add(back), true
+}
+
+// stretchEnd is the end of the stretch of one offset that holds t in loc (an
+// instant after t), or zero when the offset never changes again. It is
+// ZoneBounds' end, except where that is not after t: for years past the last
+// change that zone data lists, Go derives the changes from the zone's rule and
+// has been seen to end a leap year's last stretch at 31 December 00:00 UTC,
+// and to give that same end for every instant of that day, so a walk from one
+// stretch to the next would stand still. There the offset is looked at a day
+// later instead: the same, the stretch goes on at least that far; another,
+// the change is searched for to the second in between.
+func stretchEnd(t time.Time, loc *time.Location) time.Time {
+	_, end := t.In(loc).ZoneBounds()
+	if end.IsZero() || end.After(t) {
+		return end
+	}
+	_, off := t.In(loc).Zone()
+	lo, hi := t, t.Add(24*time.Hour)
+	if _, o := hi.In(loc).Zone(); o == off {
+		return hi
+	}
+	for hi.Sub(lo) > time.Second { // zone changes fall on whole seconds
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if _, o := mid.In(loc).Zone(); o == off {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi.Truncate(time.Second)
 }

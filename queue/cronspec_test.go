@@ -1,9 +1,15 @@
 package queue
 
 import (
+	"archive/zip"
+	"io"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/robfig/cron/v3"
 )
 
 // TestCronAcrossClockChanges: a schedule that names its hours fires once a day
@@ -17,6 +23,7 @@ func TestCronAcrossClockChanges(t *testing.T) {
 		"spring: every tick of the skipped hour fires once, at the change": {"Europe/Paris", "*/20 2 * * *", "03-29 00:30", "03-29 01:00, 03-30 00:00"},
 		"spring: a tick the change does not touch keeps its time":          {"Europe/Paris", "0 3 * * *", "03-28 02:00", "03-29 01:00, 03-30 01:00"},
 		"spring: every hour is real time":                                  {"Europe/Paris", "0 * * * *", "03-29 00:00", "03-29 01:00, 03-29 02:00"},
+		"spring: every hour, the skipped half past is not made up":         {"Europe/Paris", "30 * * * *", "03-29 00:30", "03-29 01:30, 03-29 02:30"},
 		"autumn: the repeated 02:30 fires the first time only":             {"Europe/Paris", "30 2 * * *", "10-24 00:30", "10-25 00:30, 10-26 01:30"},
 		"autumn: no tick of the repeated hour fires twice":                 {"Europe/Paris", "*/30 2 * * *", "10-25 00:00", "10-25 00:30, 10-26 01:00"},
 		"autumn: every hour is real time":                                  {"Europe/Paris", "0 * * * *", "10-24 23:30", "10-25 00:00, 10-25 01:00, 10-25 02:00"},
@@ -90,6 +97,59 @@ func TestCronOnceADayInEveryKindOfZone(t *testing.T) {
 				if k := d.Format(time.DateOnly); days[k] != 1 {
 					t.Errorf("%s %q: %d ticks on %s", zone, expr, days[k], k)
 				}
+			}
+		}
+	}
+}
+
+// TestCronPastTheZoneDatasLastListedChange: Go's own zone data (what
+// time/tzdata embeds, and what a host without zone files reads) lists no
+// changes ahead; Go derives them from each zone's rule, and in a leap year ends
+// the last stretch of the year at 31 December 00:00 UTC, giving that end again
+// for every instant of that day. Ticks walk through it.
+func TestCronPastTheZoneDatasLastListedChange(t *testing.T) {
+	zr, err := zip.OpenReader(filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip"))
+	if err != nil {
+		t.Fatalf("Go's zone data: %v", err)
+	}
+	defer zr.Close()
+	for _, zone := range []string{"Europe/Paris", "America/New_York", "Australia/Sydney"} {
+		f, err := zr.Open(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc, err := time.LoadLocationFromTZData(zone, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for expr, want := range map[string]int{"0 12 * * *": 7, "*/15 * * * *": 7 * 96, "@yearly": 1} {
+			s, _, err := parseCron(expr, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sp := *s.(*cron.SpecSchedule)
+			sp.Location = loc
+			from, to := time.Date(2028, 12, 28, 0, 0, 0, 0, loc), time.Date(2029, 1, 4, 0, 0, 0, 0, loc)
+			done := make(chan int, 1)
+			go func() {
+				n := 0
+				for at := (cronSpec{&sp}).atOrAfter(from); at.Before(to); at = (cronSpec{&sp}).next(at) {
+					n++
+				}
+				done <- n
+			}()
+			select {
+			case n := <-done:
+				if n != want {
+					t.Errorf("%s %q: %d ticks from %s to %s, want %d", zone, expr, n, from, to, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s %q: the ticks from %s to %s took more than 10 s: the walk stands still", zone, expr, from, to)
 			}
 		}
 	}
