@@ -303,6 +303,7 @@ func (c *Client) ScheduleRunNow(ctx context.Context, name, workerID string) (Res
 		if !errors.Is(err, dialect.ErrTickRecorded) || try == 3 {
 			return res, err
 		}
+		time.Sleep(2 * time.Millisecond) // past SQLite's millisecond clock
 	}
 }
 

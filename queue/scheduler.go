@@ -243,6 +243,7 @@ func (w *Worker) fireOne(ctx context.Context, c *Client, failures map[int64]int)
 		if err != nil || !ok {
 			return false, err
 		}
+		delete(failures, s.ID) // the tick is done with: the next one starts afresh
 		w.log.Warn().Str("schedule", s.Name).Time("scheduled_for", d.scheduledFor).Time("next_run", d.next).
 			Msg("the tick already has a run (a run-now at that very instant); counted as its run")
 		return false, errScheduleSkipped
