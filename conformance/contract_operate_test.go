@@ -39,6 +39,28 @@ func contractProcessGet(t *testing.T, db *testDB) {
 	}
 }
 
+// ProcessList: with a limit, the first processes by name, each with its stage
+// counts; without one, every process.
+func contractProcessList(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	op := limOperator(t, db)
+	for _, name := range []string{"c-list-b", "c-list-c", "c-list-a"} {
+		twoStages(t, db, name, 2)
+	}
+	page, err := op.ProcessList(ctx, dialect.ProcessFilter{Limit: 2})
+	if err != nil || len(page) != 2 || page[0].Name != "c-list-a" || page[1].Name != "c-list-b" {
+		t.Fatalf("ProcessList, limit 2: %+v, %v; want c-list-a and c-list-b", page, err)
+	}
+	for _, p := range page {
+		if len(p.Stages) != 2 || p.Stages[0].Pending != 2 || p.Stages[1].Pending != 1 {
+			t.Errorf("%s's stages: %+v; want 2 pending at order 1 and 1 at order 2", p.Name, p.Stages)
+		}
+	}
+	if all, err := op.ProcessList(ctx, dialect.ProcessFilter{}); err != nil || len(all) != 3 {
+		t.Fatalf("ProcessList without a limit: %d processes, %v; want 3", len(all), err)
+	}
+}
+
 // ProcessSetPaused: ErrNotFound for an unknown process. Paused, a process's
 // running tasks still finish, and the stage they end opens the next one
 // only once it is resumed.

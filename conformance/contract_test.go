@@ -32,6 +32,7 @@ func TestDialectContract(t *testing.T) {
 		"TaskRescueOrphans":      contractTaskRescueOrphans,
 		"Workers":                contractWorkers,
 		"ProcessGet":             contractProcessGet,
+		"ProcessList":            contractProcessList,
 		"ProcessSetPaused":       contractProcessSetPaused,
 		"ProcessCancel":          contractProcessCancel,
 		"TaskOperations":         contractTaskOperations,

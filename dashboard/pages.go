@@ -15,18 +15,23 @@ import (
 // Page sizes: every list the dashboard reads is bounded.
 const (
 	taskPageMax     = 500
-	explainInline   = 10 // tasks on a list whose reasons are shown inline (8 short reads each, every refresh)
+	processPageMax  = 500 // processes on the list, by name, stage counts included
+	explainInline   = 10  // tasks on a list whose reasons are shown inline (8 short reads each, every refresh)
 	logPageSize     = 100
 	timelineAttempt = 2000
 )
 
 func (s *Server) processes(r *http.Request) (string, any, error) {
 	all := r.URL.Query().Get("all") != ""
-	ps, err := s.op.ProcessList(r.Context(), dialect.ProcessFilter{All: all})
+	ps, err := s.op.ProcessList(r.Context(), dialect.ProcessFilter{All: all, Limit: processPageMax + 1})
 	if err != nil {
 		return "", nil, err
 	}
-	return "Processes", map[string]any{"Processes": ps, "All": all}, nil
+	capped := len(ps) > processPageMax
+	if capped {
+		ps = ps[:processPageMax]
+	}
+	return "Processes", map[string]any{"Processes": ps, "All": all, "Capped": capped, "Max": processPageMax}, nil
 }
 
 // timelineWindows are the spans of Logs a process page can draw.

@@ -188,6 +188,9 @@ func ValidateLimit(key string, max int) error {
 type ProcessFilter struct {
 	Name string // "" for all
 	All  bool   // include succeeded processes
+	// Limit reads the first Limit processes by name (0: all), their stage
+	// counts included: a page of a queue of many processes.
+	Limit int
 }
 
 // ProcessStatus is a process with its scheduling and per-stage progress.
@@ -295,7 +298,11 @@ func wrongState(state, worker, why string) error {
 // counts from Logs (process_id, order, done). mapErr maps driver errors.
 func CollectProcessStatus(ctx context.Context, db Querier, f ProcessFilter, listSQL, countSQL, doneSQL string, mapErr func(error) error, args ...any) ([]ProcessStatus, error) {
 	if len(args) == 0 {
-		args = []any{f.Name, f.All}
+		limit := f.Limit
+		if limit <= 0 {
+			limit = 1 << 30
+		}
+		args = []any{f.Name, f.All, limit}
 	}
 	out, err := QueryAll(ctx, db, mapErr, listSQL, func(r *sql.Rows, p *ProcessStatus) error {
 		var cur, maxPar sql.NullInt64

@@ -75,30 +75,36 @@ SELECT t.id, t.process_id, ` + auditNameSQL + `, t.execution_order, t.kind, t.bo
 	markCancelledSQL = `UPDATE stageq.processes SET state = 'cancelled' WHERE id = $1 AND state = 'succeeded'`
 )
 
-// processListSQL reads processes. In: name ("" for all), include succeeded.
-const processListSQL = `
-SELECT id, name, state, paused, current_order, priority, weight, max_parallel
-  FROM stageq.processes
+// processPage selects the processes a list shows, by name. In: name ("" for
+// all), include succeeded, at most this many.
+const processPage = `
+SELECT id FROM stageq.processes
  WHERE ($1 = '' OR name = $1) AND ($2 OR $1 <> '' OR state NOT IN ('succeeded', 'cancelled'))
- ORDER BY name`
+ ORDER BY name
+ LIMIT $3`
+
+// processListSQL reads processes. In: as processPage.
+const processListSQL = `
+SELECT p.id, p.name, p.state, p.paused, p.current_order, p.priority, p.weight, p.max_parallel
+  FROM (` + processPage + `) page JOIN stageq.processes p ON p.id = page.id
+ ORDER BY p.name`
 
 // stageCountSQL counts the tasks in the queue per process, stage and state,
-// reading them by process (tasksOf).
+// reading them by process (tasksOf). In: as processPage.
 var stageCountSQL = `
 SELECT p.id, t.execution_order,
        count(*) FILTER (WHERE t.state IN ('blocked', 'scheduled', 'available')),
        count(*) FILTER (WHERE t.state = 'running'),
        count(*) FILTER (WHERE t.state = 'failed')
-  FROM stageq.processes p CROSS JOIN LATERAL ` + tasksOf("p.id") + ` t
- WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
+  FROM (` + processPage + `) p CROSS JOIN LATERAL ` + tasksOf("p.id") + ` t
  GROUP BY p.id, t.execution_order`
 
 // stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks).
+// In: as processPage.
 const stageDoneSQL = `
 SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
-  FROM stageq.logs l JOIN stageq.processes p ON p.id = l.process_id
- WHERE ($1 = '' OR p.name = $1) AND ($2 OR $1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
-   AND l.outcome = 'succeeded'
+  FROM stageq.logs l JOIN (` + processPage + `) p ON p.id = l.process_id
+ WHERE l.outcome = 'succeeded'
  GROUP BY l.process_id, l.execution_order`
 
 const workerListSQL = `

@@ -81,21 +81,18 @@ SELECT t.id, t.process_id, ` + opAuditNameSQL + `, t.execution_order, t.kind, t.
 
 	// Status queries; in: name ("" for all), include succeeded.
 	opProcessListSQL = `
-SELECT id, name, state, paused, current_order, priority, weight, max_parallel
-  FROM stageq_processes
- WHERE (?1 = '' OR name = ?1) AND (?2 OR ?1 <> '' OR state NOT IN ('succeeded', 'cancelled'))
- ORDER BY name`
+SELECT p.id, p.name, p.state, p.paused, p.current_order, p.priority, p.weight, p.max_parallel
+  FROM (` + processPage + `) page JOIN stageq_processes p ON p.id = page.id
+ ORDER BY p.name`
 	opStageCountSQL = `
 SELECT t.process_id, t.execution_order,
        sum(t.state IN ('blocked', 'scheduled', 'available')), sum(t.state = 'running'), sum(t.state = 'failed')
-  FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
- WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
+  FROM stageq_tasks t JOIN (` + processPage + `) p ON p.id = t.process_id
  GROUP BY t.process_id, t.execution_order`
 	opStageDoneSQL = `
 SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
-  FROM stageq_logs l JOIN stageq_processes p ON p.id = l.process_id
- WHERE (?1 = '' OR p.name = ?1) AND (?2 OR ?1 <> '' OR p.state NOT IN ('succeeded', 'cancelled'))
-   AND l.outcome = 'succeeded'
+  FROM stageq_logs l JOIN (` + processPage + `) p ON p.id = l.process_id
+ WHERE l.outcome = 'succeeded'
  GROUP BY l.process_id, l.execution_order`
 
 	opWorkerListSQL = `
@@ -105,6 +102,15 @@ SELECT w.id, w.hostname, w.pid, w.concurrency, w.version, w.started_at, w.heartb
   FROM stageq_workers w
  ORDER BY w.heartbeat_at DESC, w.id`
 )
+
+// processPage selects the processes a list shows, by name; the list and its
+// two counts read the same ones. In: name ("" for all), include succeeded, at
+// most this many.
+const processPage = `
+SELECT id FROM stageq_processes
+ WHERE (?1 = '' OR name = ?1) AND (?2 OR ?1 <> '' OR state NOT IN ('succeeded', 'cancelled'))
+ ORDER BY name
+ LIMIT ?3`
 
 // configure applies new settings to a locked process and passes a changed
 // priority or weight on to the tasks already waiting (sqlbase.Base.Configure).

@@ -283,26 +283,35 @@ func (d *SQLServer) configure(ctx context.Context, q dialect.Querier, id int64, 
 const processListSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName,
-        @All bit = @pAll;
+        @All bit = @pAll,
+        @Limit int = @pLimit;
 SELECT p.id, p.name, p.state, p.paused, p.current_order, p.priority, p.weight, p.max_parallel
-  FROM stageq.Processes AS p
- WHERE (@Name = N'' OR p.name = @Name) AND (@All = 1 OR @Name <> N'' OR p.state NOT IN ('succeeded', 'cancelled'))
+  FROM (` + processPage + `) AS page
+  JOIN stageq.Processes AS p ON p.id = page.id
  ORDER BY p.name
 OPTION (RECOMPILE);`
+
+// processPage selects the processes a list shows, by name (TOP with ORDER
+// BY is allowed in a derived table); the list and its two counts read the
+// same ones. Uses @Name, @All and @Limit of the statement around it.
+const processPage = `
+SELECT TOP (@Limit) pp.id FROM stageq.Processes AS pp
+ WHERE (@Name = N'' OR pp.name = @Name) AND (@All = 1 OR @Name <> N'' OR pp.state NOT IN ('succeeded', 'cancelled'))
+ ORDER BY pp.name`
 
 // stageCountSQL counts the queued tasks per process, stage and state. In: as
 // processListSQL. Out: process id, order, pending, running, failed.
 const stageCountSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName,
-        @All bit = @pAll;
+        @All bit = @pAll,
+        @Limit int = @pLimit;
 SELECT t.process_id, t.execution_order,
        SUM(CASE WHEN t.state IN ('blocked', 'scheduled', 'available') THEN 1 ELSE 0 END),
        SUM(CASE WHEN t.state = 'running' THEN 1 ELSE 0 END),
        SUM(CASE WHEN t.state = 'failed' THEN 1 ELSE 0 END)
   FROM stageq.Tasks AS t
-  JOIN stageq.Processes AS p ON p.id = t.process_id
- WHERE (@Name = N'' OR p.name = @Name) AND (@All = 1 OR @Name <> N'' OR p.state NOT IN ('succeeded', 'cancelled'))
+  JOIN (` + processPage + `) AS p ON p.id = t.process_id
  GROUP BY t.process_id, t.execution_order
 OPTION (RECOMPILE);`
 
@@ -311,12 +320,12 @@ OPTION (RECOMPILE);`
 const stageDoneSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName,
-        @All bit = @pAll;
+        @All bit = @pAll,
+        @Limit int = @pLimit;
 SELECT l.process_id, l.execution_order, COUNT(DISTINCT l.task_id)
   FROM stageq.Logs AS l
-  JOIN stageq.Processes AS p ON p.id = l.process_id
- WHERE (@Name = N'' OR p.name = @Name) AND (@All = 1 OR @Name <> N'' OR p.state NOT IN ('succeeded', 'cancelled'))
-   AND l.outcome = 'succeeded'
+  JOIN (` + processPage + `) AS p ON p.id = l.process_id
+ WHERE l.outcome = 'succeeded'
  GROUP BY l.process_id, l.execution_order
 OPTION (RECOMPILE);`
 

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
 )
 
 // TestPagesFailWhenTheDatabaseDoesNotAnswer: while another session holds
@@ -39,6 +41,35 @@ func TestPagesFailWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), "did not answer within 1s") {
 			t.Errorf("page under a held lock: %s, %q; want 504 naming the bound", resp.Status, b)
+		}
+	})
+}
+
+// TestProcessesPageIsBounded: with more processes than the list shows, the
+// processes page shows the first ones by name and says that it stopped.
+func TestProcessesPageIsBounded(t *testing.T) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
+		ctx := context.Background()
+		one := 1
+		for i := range 501 {
+			plan := stages.Plan{Process: fmt.Sprintf("p%03d", i), Stages: []stages.Stage{{Order: &one,
+				Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}
+			if _, err := c.Submit(ctx, plan); err != nil {
+				t.Fatal(err)
+			}
+		}
+		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
+		resp, err := http.Get(base + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page := string(b)
+		if n := strings.Count(page, `data-process="`); n != 500 || !strings.Contains(page, `data-process="p499"`) ||
+			strings.Contains(page, `data-process="p500"`) || !strings.Contains(page, `id="capped"`) {
+			t.Errorf("processes page: %s, %d processes, capped note %v; want p000 to p499 and the note",
+				resp.Status, n, strings.Contains(page, `id="capped"`))
 		}
 	})
 }
