@@ -78,6 +78,18 @@ func TestLogsPaging(t *testing.T) {
 		if same <= 200 {
 			t.Fatalf("only %d of the cancel's Logs rows share its first instant; the case needs more than two pages of them", same)
 		}
+		// A filter no list knows is refused, as queuectl refuses it, not shown
+		// as an empty list.
+		for _, path := range []string{"/logs?outcome=bogus", "/tasks?state=bogus"} {
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("%s: %s, want 400", path, resp.Status)
+			}
+		}
 		if seen, pages := pageLogs(t, base, "?process=bulk&since=all"); !slices.Equal(seen, logIDs(want)) || pages != 5 {
 			t.Errorf("pages showed %d rows in %d pages, in Logs' order: %v; want %d in 5", len(seen), pages,
 				slices.Equal(seen, logIDs(want)), len(want))

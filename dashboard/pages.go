@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,12 +101,12 @@ func (s *Server) explainTasks(ctx context.Context, tasks []dialect.TaskInfo) ([]
 	return out, nil
 }
 
-// taskStates are the states offered by the filter; the list shows any state.
-var taskStates = []string{dialect.StateBlocked, dialect.StateScheduled, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
-
 func (s *Server) tasks(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
 	f := dialect.TaskFilter{Process: q.Get("process"), State: q.Get("state"), Limit: taskPageMax}
+	if f.State != "" && !slices.Contains(dialect.TaskStates, f.State) {
+		return "", nil, fmt.Errorf("%w: state %q: use one of %s", errBadInput, f.State, strings.Join(dialect.TaskStates, ", "))
+	}
 	tasks, err := s.d.TaskList(r.Context(), f)
 	if err != nil {
 		return "", nil, err
@@ -114,7 +115,7 @@ func (s *Server) tasks(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return "Tasks", map[string]any{"Tasks": rows, "Filter": f, "States": taskStates, "Capped": len(tasks) == taskPageMax,
+	return "Tasks", map[string]any{"Tasks": rows, "Filter": f, "States": dialect.TaskStates, "Capped": len(tasks) == taskPageMax,
 		"Inline": explainInline}, nil
 }
 
@@ -192,12 +193,12 @@ func parseCursor(s string) (logCursor, bool) {
 	return logCursor{At: t, ID: n}, true
 }
 
-var outcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
-	dialect.OutcomeAbandoned, dialect.OutcomeReleased, dialect.OutcomeRetried, dialect.OutcomeDiscarded, dialect.OutcomeCancelled}
-
 func (s *Server) logs(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
 	f := dialect.LogFilter{Process: q.Get("process"), WorkerID: q.Get("worker"), Outcome: dialect.Outcome(q.Get("outcome"))}
+	if f.Outcome != "" && !slices.Contains(dialect.Outcomes, f.Outcome) {
+		return "", nil, fmt.Errorf("%w: outcome %q is not one of Logs' outcomes", errBadInput, f.Outcome)
+	}
 	if v := q.Get("task"); v != "" {
 		id, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || id <= 0 {
@@ -236,7 +237,7 @@ func (s *Server) logs(r *http.Request) (string, any, error) {
 		last := entries[len(entries)-1]
 		next = logCursor{At: last.StartedAt, ID: last.ID}.String()
 	}
-	return "Logs", map[string]any{"Logs": entries, "Q": q, "Since": since, "Next": next, "Outcomes": outcomes,
+	return "Logs", map[string]any{"Logs": entries, "Q": q, "Since": since, "Next": next, "Outcomes": dialect.Outcomes,
 		"Paged": q.Get("after") != ""}, nil
 }
 

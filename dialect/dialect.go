@@ -237,6 +237,10 @@ const (
 	StateFailed    = "failed"    // out of attempts; blocks later stages
 )
 
+// TaskStates are the states of a task in the queue, the values a state filter
+// accepts.
+var TaskStates = []string{StateBlocked, StateScheduled, StateAvailable, StateRunning, StateFailed}
+
 // Process states.
 const (
 	ProcessActive    = "active"

@@ -102,6 +102,10 @@ const (
 	OutcomeRetried   Outcome = "retried"   // a failed task given fresh attempts by queuectl retry
 )
 
+// Outcomes are every Logs outcome, the values an outcome filter accepts.
+var Outcomes = []Outcome{OutcomeRunning, OutcomeSucceeded, OutcomeFailed, OutcomeAbandoned, OutcomeReleased,
+	OutcomeRetried, OutcomeDiscarded, OutcomeCancelled}
+
 // AuditNote is the Logs.error text of an operator action's row.
 func AuditNote(o Outcome) string {
 	switch o {

@@ -93,8 +93,8 @@ func newLogsCommand(dsn *string) *cobra.Command {
 			if since > 0 {
 				f.Since = time.Now().Add(-since)
 			}
-			if out != "" && !slices.Contains(logOutcomes, dialect.Outcome(out)) {
-				return usageErrorf("--outcome %q: use one of %s", out, joinOutcomes(logOutcomes))
+			if out != "" && !slices.Contains(dialect.Outcomes, dialect.Outcome(out)) {
+				return usageErrorf("--outcome %q: use one of %s", out, joinOutcomes(dialect.Outcomes))
 			}
 			f.Outcome = dialect.Outcome(out)
 			return nil
@@ -153,8 +153,8 @@ func newTasksCommand(dsn *string) *cobra.Command {
 		Short: "List the tasks still in the queue (finished ones are in logs)",
 		Args:  cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error { // the filter, before any connection
-			if f.State != "" && !slices.Contains(taskStates, f.State) {
-				return usageErrorf("--state %q: use one of %s", f.State, strings.Join(taskStates, ", "))
+			if f.State != "" && !slices.Contains(dialect.TaskStates, f.State) {
+				return usageErrorf("--state %q: use one of %s", f.State, strings.Join(dialect.TaskStates, ", "))
 			}
 			if f.Limit < 0 {
 				return usageErrorf("--limit must not be negative (0 shows every row)")
@@ -179,13 +179,6 @@ func newTasksCommand(dsn *string) *cobra.Command {
 	jsonFlag(cmd, &asJSON)
 	return cmd
 }
-
-// taskStates and logOutcomes are the values the --state and --outcome filters accept.
-var (
-	taskStates  = []string{dialect.StateBlocked, dialect.StateScheduled, dialect.StateAvailable, dialect.StateRunning, dialect.StateFailed}
-	logOutcomes = []dialect.Outcome{dialect.OutcomeRunning, dialect.OutcomeSucceeded, dialect.OutcomeFailed,
-		dialect.OutcomeAbandoned, dialect.OutcomeReleased, dialect.OutcomeCancelled, dialect.OutcomeDiscarded, dialect.OutcomeRetried}
-)
 
 func joinOutcomes(os []dialect.Outcome) string {
 	s := make([]string, len(os))
