@@ -312,7 +312,7 @@ func TestScheduleCLI(t *testing.T) {
 		if err := os.WriteFile(file, []byte("name: fromfile\ncron: '@daily'\nplan:\n  stages:\n    - order: 1\n      tasks:\n        - body: SELECT 3\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if code, _, stderr := q("add", "--from", file); code != 0 {
+		if code, _, stderr := q("add", "--from", file, "--connect-timeout", "5s"); code != 0 { // the connection's flags may go with it
 			t.Fatalf("add --from: exit %d: %s", code, stderr)
 		}
 		list := func() []dialect.ScheduleInfo {

@@ -86,7 +86,9 @@ singleton) from a YAML or JSON file.`,
 		Args: cobra.MaximumNArgs(2),
 		PreRunE: func(cmd *cobra.Command, args []string) error { // the schedule, before any connection
 			if from != "" {
-				if len(args) > 0 || cmd.Flags().NFlag() > 1+boolToInt(cmd.Flags().Changed("dsn")) {
+				// The connection's flags may go with it; the schedule's may not.
+				conn := boolToInt(cmd.Flags().Changed("dsn")) + boolToInt(cmd.Flags().Changed("connect-timeout"))
+				if len(args) > 0 || cmd.Flags().NFlag() > 1+conn {
 					return usageErrorf("--from reads the whole schedule from its file; give no other flags or arguments")
 				}
 				var err error

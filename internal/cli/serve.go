@@ -51,6 +51,9 @@ Every action asks for confirmation and carries a per-session CSRF token;
 			if (cfg.Access.User == "") != (cfg.Access.Password == "") {
 				return usageErrorf("set both %s and %s, or neither", envDashUser, envDashPassword)
 			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return usageErrorf("--addr %q: give HOST:PORT (127.0.0.1:8080; port 0 picks a free one)", addr)
+			}
 			if !dashboard.IsLoopback(addr) && !cfg.Access.Required() {
 				return usageErrorf("--addr %s is not a loopback address: set %s, or %s and %s, to require credentials",
 					addr, envDashToken, envDashUser, envDashPassword)
