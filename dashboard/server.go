@@ -39,9 +39,9 @@ type Config struct {
 	// MetricsProcesses is how many processes get a label of their own on
 	// /metrics; the rest are summed as process="other" (default 20).
 	MetricsProcesses int
-	// RequestTimeout bounds each request's work, so that a database that does
+	// RequestTimeout bounds each page's work, so that a database that does
 	// not answer (frozen, or a lock held) fails the page instead of holding it
-	// open (default 15s).
+	// open (default 15s). Actions are not bounded.
 	RequestTimeout time.Duration
 	// Actor names the dashboard in what it records (a schedule's run-now).
 	Actor string
@@ -130,9 +130,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "credentials required", http.StatusUnauthorized)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	r = r.WithContext(ctx)
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// Pages only: an action (cancelling a process of a million tasks) may
+		// rightly take longer, and cut off it would roll back all it did.
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
 	h := w.Header()
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")

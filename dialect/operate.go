@@ -295,8 +295,8 @@ func wrongState(state, worker, why string) error {
 }
 
 // CollectProcessStatus runs a dialect's three process-status queries, each taking
-// the filter's (name, all) as its parameters (args, when given, are those two as
-// the dialect's driver takes them): the processes (id, name, state, paused,
+// the filter's (name, all, limit) as its parameters, limit 1<<30 for none
+// (args, when given, are those as the dialect's driver takes them): the processes (id, name, state, paused,
 // current_order, priority, weight, max_parallel), the queue's counts per process
 // and stage (process_id, order, pending, running, failed), and the succeeded
 // counts from Logs (process_id, order, done). mapErr maps driver errors.

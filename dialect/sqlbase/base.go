@@ -180,7 +180,8 @@ type Statements struct {
 	// tasks, the database's now.
 	WorkerList string
 	// LogList reads Logs oldest first. In: process, task id, worker, outcome
-	// (each "" or 0 for all), since, limit.
+	// (each "" or 0 for all), since, limit, and the id to page after among
+	// the rows started at since exactly (0: none).
 	LogList string
 	// TaskList reads tasks. In: process, state ("" for all), limit.
 	TaskList string

@@ -79,7 +79,8 @@ SELECT t.id, t.process_id, ` + opAuditNameSQL + `, t.execution_order, t.kind, t.
 	// work; openStage has just marked it succeeded. In: process id.
 	opMarkCancelledSQL = `UPDATE stageq_processes SET state = 'cancelled' WHERE id = ? AND state = 'succeeded'`
 
-	// Status queries; in: name ("" for all), include succeeded.
+	// Status queries; in: name ("" for all), include succeeded, at most this
+	// many processes (processPage).
 	opProcessListSQL = `
 SELECT p.id, p.name, p.state, p.paused, p.current_order, p.priority, p.weight, p.max_parallel
   FROM (` + processPage + `) page JOIN stageq_processes p ON p.id = page.id

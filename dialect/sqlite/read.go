@@ -6,7 +6,8 @@ import (
 )
 
 // logListSQL reads Logs oldest first; empty filters match everything.
-// In: process, task, worker, outcome, since, limit.
+// In: process, task, worker, outcome, since, limit, the id to page after among
+// rows started at since exactly (0: none).
 const logListSQL = `
 SELECT id, task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
        started_at, ended_at, outcome, coalesce(error, ''), retry_at, coalesce(schedule_name, '')

@@ -66,7 +66,7 @@ const appName = "stageq"
 
 // Open connects to the DSN and checks that the server answers, retrying the
 // documented transient login errors (a database that is failing over, a busy
-// service) with backoff.
+// service) with backoff for at most the connect timeout.
 func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	cfg, err := msdsn.Parse(dsn)
 	if err != nil {
@@ -90,10 +90,13 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	bodies.SetMaxIdleConns(16)
 	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files}
 	d.Base = d.newBase()
-	// One attempt, as on PostgreSQL: retried, each attempt's bound multiplied
-	// (five attempts took 56 s against a server that never answers). A worker
-	// retries its start by itself.
-	if err := db.PingContext(ctx); err != nil {
+	// The transient login errors are retried, within one connect timeout in
+	// all: retrying each attempt to its own bound took 56 s against a server
+	// that never answers. A worker retries its start by itself.
+	pctx, cancel := context.WithTimeout(ctx, bound)
+	err = d.retry(pctx, retryAll, func(ctx context.Context) error { return db.PingContext(ctx) })
+	cancel()
+	if err != nil {
 		d.Close()
 		return nil, dialect.ConnectFailed("sqlserver", redactDSN(dsn), bound, errors.New(scrub(err.Error(), dsn)))
 	}

@@ -108,6 +108,8 @@ func TestReadableOutput(t *testing.T) {
 			}
 		}
 		evilOutput("why", strconv.FormatInt(tasks[0].ID, 10))
+		qcExpect(t, dsn, 0, "", "schedule", "add", "evil", "--every", "1h", "--process", "ev\x1b[2Jil\n- Nothing, 3", "SELECT 1")
+		evilOutput("schedule", "run-now", "evil")
 
 		// --wait --json is NDJSON: one object per line, nothing else.
 		qcWorker(t, dsn, queue.WorkerConfig{PollMax: 50 * time.Millisecond, NoScheduler: true})

@@ -128,6 +128,7 @@ func TestQueuectlCommands(t *testing.T) {
 		qcExpect(t, dsn, ExitUsage, "positive whole number", "retry", "abc")
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "logs", "--limit", "-5")
 		qcExpect(t, dsn, ExitUsage, "give HOST:PORT", "serve", "--addr", "127.0.0.1")
+		qcExpect(t, dsn, ExitUsage, "must not be negative", "schedule", "runs", "x", "--limit", "-5")
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "logs", "--task", "-3")
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "tasks", "--limit", "-5")
 		qcExpect(t, dsn, ExitUsage, "either a task id or --process", "retry", "1", "--process", "etl")

@@ -55,7 +55,7 @@ Missed ticks (everything was down, or the schedule paused, for longer than its
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d task(s) to process %s: %v\n", len(res.TaskIDs), res.Process, res.TaskIDs)
+				fmt.Fprintf(cmd.OutOrStdout(), "enqueued %d task(s) to process %s: %v\n", len(res.TaskIDs), cell(res.Process, 0), res.TaskIDs)
 				return nil
 			}),
 	)
@@ -261,6 +261,12 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 		Use:   "runs NAME",
 		Short: "Show a schedule's recent ticks: enqueued, caught up, missed or skipped, and by which worker",
 		Args:  cobra.ExactArgs(1),
+		PreRunE: func(*cobra.Command, []string) error { // before any connection
+			if limit < 0 {
+				return usageErrorf("--limit must not be negative (0 shows every tick kept)")
+			}
+			return nil
+		},
 		RunE: withClient(dsn, func(cmd *cobra.Command, args []string, c *queue.Client) error {
 			runs, err := c.ScheduleRuns(cmd.Context(), args[0], limit)
 			if err != nil {
@@ -279,7 +285,7 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 			}
 			return writeList(cmd.OutOrStdout(), asJSON, runs, "SCHEDULED FOR\tOUTCOME\tTASKS\tPROCESS\tWORKER\tFIRED AT", func(r dialect.ScheduleRun) string {
 				return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
-					r.Outcome, r.TaskCount, r.ProcessID, r.WorkerID, tableTime(r.FiredAt))
+					r.Outcome, r.TaskCount, r.ProcessID, cell(r.WorkerID, 60), tableTime(r.FiredAt))
 			})
 		}),
 	}

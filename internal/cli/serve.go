@@ -84,7 +84,7 @@ Every action asks for confirmation and carries a per-session CSRF token;
 	f.BoolVar(&cfg.ReadOnly, "read-only", false, "show everything, change nothing")
 	f.DurationVar(&cfg.DeadAfter, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is dead")
 	f.DurationVar(&cfg.Refresh, "refresh", 2*time.Second, "how often pages refresh their content")
-	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 15*time.Second, "a page or action whose database work takes longer fails (504)")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 15*time.Second, "a page whose database work takes longer fails (504); actions are not bounded")
 	f.IntVar(&cfg.MetricsProcesses, "metrics-processes", 20, "processes with a label of their own on /metrics (the rest are process=\"(other)\")")
 	logs.add(cmd)
 	return cmd
