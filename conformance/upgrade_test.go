@@ -103,7 +103,9 @@ func openRelease(t *testing.T, db *testDB, rel dialect.Release) *testDB {
 
 // TestRollingUpgrade: release N's workers (this binary) drain a staged
 // process; meanwhile release N+1 migrates the tables (it only adds) and
-// installs its routines beside N's, and its workers join. Both releases claim
+// installs its routines beside N's, and its workers join (the process is
+// paused from the first stage's end until they are up, so that both releases
+// get tasks). Both releases claim
 // and finish tasks of the same process on the same rows, each through its own
 // routines; a release-N worker that restarts after the upgrade is admitted;
 // every task runs once, and no stage starts before the one below it ended.
@@ -123,6 +125,13 @@ func TestRollingUpgrade(t *testing.T) {
 			return countOutcome(db.logs(t, dialect.LogFilter{Process: "rolling"}), dialect.OutcomeSucceeded)
 		}
 		waitFor(t, 60*time.Second, "release N to finish a first stage", func() bool { return succeeded() >= perStage })
+		// Held until release N+1's workers are up: else release N's may drain
+		// the rest while N+1 opens (a slow migration under -race), and N+1
+		// would never get a task. Release N's running tasks finish meanwhile.
+		op := limOperator(t, db)
+		if err := op.ProcessSetPaused(ctx, "rolling", true); err != nil {
+			t.Fatal(err)
+		}
 
 		if db.Dialect == "postgres" {
 			// A role allowed into schema stageq (here every role) may use the
@@ -144,6 +153,9 @@ func TestRollingUpgrade(t *testing.T) {
 		restarted.Close()
 		cfg.ID = "release-n1"
 		newPool := startWorkers(t, next, 2, cfg, nil)
+		if err := op.ProcessSetPaused(ctx, "rolling", false); err != nil {
+			t.Fatal(err)
+		}
 		waitFor(t, 60*time.Second, "release N+1's workers to run tasks", func() bool {
 			for _, e := range db.logs(t, dialect.LogFilter{Process: "rolling"}) {
 				if strings.HasPrefix(e.WorkerID, "release-n1") && e.Outcome == dialect.OutcomeSucceeded {
