@@ -57,14 +57,13 @@ func equal(a, b string) bool {
 // a loopback IP or localhost. An empty host (every interface) is not.
 func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return err == nil && loopbackName(host)
+}
+
+// loopbackName reports whether host (no port) is localhost or a loopback IP.
+func loopbackName(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
 }
 
 // loopbackHost reports whether a request's Host names this machine's loopback:
@@ -76,11 +75,7 @@ func loopbackHost(hostport string) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
+	return loopbackName(host) || strings.HasSuffix(host, ".localhost")
 }
 
 const sessionCookie = "stageq_session"

@@ -303,7 +303,11 @@ func (c *Client) ScheduleRunNow(ctx context.Context, name, workerID string) (Res
 		if !errors.Is(err, dialect.ErrTickRecorded) || try == 3 {
 			return res, err
 		}
-		time.Sleep(2 * time.Millisecond) // past SQLite's millisecond clock
+		select { // past SQLite's millisecond clock
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
 }
 

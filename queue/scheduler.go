@@ -133,7 +133,7 @@ func (w *Worker) fireDue(ctx context.Context, c *Client, failures map[int64]int)
 // shows it paused and the log says why); a run the database refused is recorded
 // as a failed tick and next_run moves on. Either way the schedules due after it
 // are no longer held back.
-func (w *Worker) setAside(ctx context.Context, c *Client, s dialect.ScheduleInfo, d *tickDecision, cause error) error {
+func (w *Worker) setAside(ctx context.Context, s dialect.ScheduleInfo, d *tickDecision, cause error) error {
 	log := w.log.With().Str("component", "scheduler").Str("schedule", s.Name).Logger()
 	if d == nil {
 		if err := w.d.ScheduleSetPaused(ctx, dialect.SchedulePauseParams{Name: s.Name, Paused: true}); err != nil {
@@ -206,7 +206,7 @@ func (w *Worker) fireOne(ctx context.Context, c *Client, failures map[int64]int)
 	spec, err := specOf(s)
 	if err != nil {
 		tx.Rollback()
-		return false, w.setAside(ctx, c, s, nil, err)
+		return false, w.setAside(ctx, s, nil, err)
 	}
 	d := decideTick(s, spec, now)
 	if d.enqueue {
@@ -258,7 +258,7 @@ func (w *Worker) fireOne(ctx context.Context, c *Client, failures map[int64]int)
 		if errors.Is(err, dialect.ErrInvalid) || errors.Is(err, stages.ErrInvalidPlan) || failures[s.ID] >= scheduleSubmitTries {
 			delete(failures, s.ID)
 			tx.Rollback()
-			return false, w.setAside(ctx, c, s, &d, err)
+			return false, w.setAside(ctx, s, &d, err)
 		}
 	}
 	if err != nil {
