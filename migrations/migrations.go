@@ -161,14 +161,20 @@ func upTables(ctx context.Context, t Target) (uint, error) {
 		return 0, err
 	}
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return 0, fmt.Errorf("migrate up: %w", err)
+		if de := (migrate.ErrDirty{}); errors.As(err, &de) {
+			return uint(de.Version), fmt.Errorf("migrate up: version %d is dirty: a migration failed half way; %s", de.Version, dirtyAdvice(t, uint(de.Version)))
+		}
+		if v, dirty, verr := m.Version(); verr == nil && dirty {
+			return v, fmt.Errorf("migrate up: migration %d failed: %w; its version is recorded dirty: %s", v, brief(err), dirtyAdvice(t, v))
+		}
+		return 0, fmt.Errorf("migrate up: %w", brief(err))
 	}
 	v, dirty, err := m.Version()
 	if err != nil {
 		return 0, fmt.Errorf("migrate: read version: %w", err)
 	}
 	if dirty {
-		return v, fmt.Errorf("migrate: version %d is dirty: a migration failed half way; fix the database, then force the version", v)
+		return v, fmt.Errorf("migrate: version %d is dirty: a migration failed half way; %s", v, dirtyAdvice(t, v))
 	}
 	return v, nil
 }
@@ -229,7 +235,7 @@ func Check(ctx context.Context, t Target) error {
 	}
 	switch {
 	case dirty:
-		return fmt.Errorf("%w: the database's schema version %d is dirty (a migration failed half way); this binary expects %d", ErrSchemaMismatch, got, want)
+		return fmt.Errorf("%w: the database's schema version %d is dirty (a migration failed half way); this binary expects %d; %s", ErrSchemaMismatch, got, want, dirtyAdvice(t, got))
 	case got == 0:
 		return fmt.Errorf("%w: the database has no stageq schema; this binary expects version %d: run `queuectl migrate up` or `worker --migrate`", ErrSchemaMismatch, want)
 	case got < want:

@@ -27,7 +27,8 @@ func TestExitCodesMatchREADME(t *testing.T) {
 			{3, "not found", []string{"schedule", "runs", "nosuch"}},
 			{2, "--state", []string{"tasks", "--state", "bogus"}},
 			{2, "--outcome", []string{"logs", "--outcome", "bogus"}},
-			{2, "unknown command \"down\"", []string{"migrate", "down"}},
+			{2, "unknown command \"sideways\"", []string{"migrate", "sideways"}},
+			{2, "accepts 1 arg", []string{"migrate", "down"}},
 			{2, "needs a subcommand", []string{"limit"}},
 			{2, "unknown command", []string{"schedule", "frobnicate"}},
 		} {

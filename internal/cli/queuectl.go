@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stageq/stageq/dialect"
-	"github.com/stageq/stageq/migrations"
 	"github.com/stageq/stageq/queue"
 )
 
@@ -30,46 +29,6 @@ func NewQueuectlCommand() *cobra.Command {
 	root.AddCommand(newServeCommand(&dsn), newWhyCommand(&dsn)) // serve.go (package dashboard), why.go
 	requireSubcommands(root)
 	return root
-}
-
-func newMigrateCommand(dsn *string) *cobra.Command {
-	cmd := &cobra.Command{Use: "migrate", Short: "Apply or inspect the schema and the routines"}
-	cmd.AddCommand(newRoutinesCommands(dsn)...) // routines.go
-	cmd.AddCommand(&cobra.Command{
-		Use:   "up",
-		Short: "Apply every migration the database lacks and install this binary's routines",
-		Args:  cobra.NoArgs,
-		RunE: withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
-			// A schema newer than this binary: Up says so (ErrNewer) unless the
-			// schema floor still admits this binary.
-			v, err := migrations.Up(cmd.Context(), d)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d%s\n", d.Name(), v, routinesNote(d))
-			return nil
-		}),
-	}, &cobra.Command{
-		Use:   "version",
-		Short: "Print the schema version of the database and the one this binary expects",
-		Args:  cobra.NoArgs,
-		RunE: withDialect(dsn, func(cmd *cobra.Command, _ []string, d dialect.Dialect) error {
-			got, dirty, err := migrations.Version(cmd.Context(), d)
-			if err != nil {
-				return err
-			}
-			want, err := migrations.Expected(d.Schema())
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "database: %d%s\nbinary expects: %d%s\n", got, map[bool]string{true: " (dirty)"}[dirty], want, routinesNote(d))
-			if err := migrations.Check(cmd.Context(), d); err != nil {
-				return exitCodeError{code: ExitFailure, err: err}
-			}
-			return nil
-		}),
-	})
-	return cmd
 }
 
 func newLogsCommand(dsn *string) *cobra.Command {
