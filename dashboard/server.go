@@ -112,6 +112,7 @@ func New(c *queue.Client, cfg Config) (*Server, error) {
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	m.HandleFunc("GET /readyz", s.readyz)
 	s.mux = m
 	return s, nil
 }
@@ -125,7 +126,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this dashboard answers only to a loopback host name (localhost, 127.0.0.1, [::1]) unless it requires credentials", http.StatusMisdirectedRequest)
 		return
 	}
-	if !s.cfg.Access.allows(r) {
+	if !s.cfg.Access.allows(r) && !probe(r) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="stageq", charset="UTF-8"`)
 		http.Error(w, "credentials required", http.StatusUnauthorized)
 		return
@@ -143,6 +144,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
 	s.mux.ServeHTTP(w, r)
+}
+
+// probe: the health probes answer without credentials (a load balancer's or
+// an orchestrator's check carries none); they tell nothing but up or down.
+func probe(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
+// readyz is the readiness probe: the dashboard serves its pages only while
+// the queue database answers, within a few seconds. /healthz, liveness, never
+// asks the database: an outage restarting the dashboard would help nothing.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), min(s.cfg.RequestTimeout, 5*time.Second))
+	defer cancel()
+	var one int
+	if err := s.d.DB().QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		// The reason goes to the log, not to an unauthenticated caller.
+		s.cfg.Logger.Warn().Err(err).Msg("readiness probe: the queue database does not answer")
+		http.Error(w, "not ready: the queue database does not answer", http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ready\n"))
 }
 
 var funcs = template.FuncMap{

@@ -33,6 +33,7 @@ type Metrics struct {
 	kinds     labelCap
 
 	runningOnce sync.Once
+	readyOnce   sync.Once
 }
 
 // MetricsOptions bound the metrics' labels.
@@ -95,6 +96,24 @@ func (m *Metrics) observeRunning(running func() int) {
 	m.runningOnce.Do(func() {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stageq_worker_running_tasks",
 			Help: "Attempts running on this worker now."}, func() float64 { return float64(running()) }))
+	})
+}
+
+// observeReady exports whether the worker claims (Worker.Ready) as a gauge
+// of 1 or 0 (once), so that a fleet's alert needs no probe of each worker.
+func (m *Metrics) observeReady(ready func() bool) {
+	if m == nil {
+		return
+	}
+	m.readyOnce.Do(func() {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stageq_worker_ready",
+			Help: "1 while this worker claims tasks: registered, its heartbeats reaching the database, not stopping."},
+			func() float64 {
+				if ready() {
+					return 1
+				}
+				return 0
+			}))
 	})
 }
 

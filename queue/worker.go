@@ -190,6 +190,7 @@ type Worker struct {
 	claimedSinceVacuum int
 	healthy            atomic.Bool // heartbeats reach the database
 	started            atomic.Bool
+	phase              atomic.Int32 // phaseStarting…phaseStopped (ready.go)
 
 	// unextended holds the admitted attempts that no heartbeat has extended
 	// yet, with their claims: their leases run from those, and the fail-fast
@@ -229,6 +230,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	w.healthy.Store(true)
 	cfg.Metrics.observeRunning(w.executingCount)
+	cfg.Metrics.observeReady(func() bool { return w.Ready() == nil })
 	return w, nil
 }
 
@@ -293,6 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")
+	defer w.phase.Store(phaseStopped)
 
 	// Tasks run on a context of their own: the end of ctx stops claiming, while
 	// running tasks get the grace period before theirs is cancelled.
@@ -341,8 +344,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// Prefetched tasks that never started are handed back as soon as ctx
 	// ends, not after the grace period: other workers can run them now.
-	unwatch := context.AfterFunc(ctx, w.stopBuffer)
+	w.phase.Store(phaseRunning)
+	unwatch := context.AfterFunc(ctx, func() { w.phase.Store(phaseStopping); w.stopBuffer() })
 	err := w.claimLoop(ctx)
+	w.phase.Store(phaseStopping)
 	if err != nil {
 		// The worker cannot go on (its routines are gone): running tasks could
 		// not record their ends either, so they stop now rather than after the

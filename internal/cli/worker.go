@@ -52,6 +52,12 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 			}
 			cfg.ID, cfg.Logger, cfg.Version = id, log, Version
 			ctx := cmd.Context()
+			// The probes answer while the database is waited for.
+			mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
+			defer stopMetrics()
+			if cfg.Metrics, err = metrics.start(mctx, log); err != nil { // metrics.go
+				return err
+			}
 			c, err := openWithRetry(ctx, dsn, migrate, log)
 			if err != nil {
 				return err
@@ -65,15 +71,11 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 				defer target.Close()
 				cfg.TargetDB = target.DB()
 			}
-			mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
-			defer stopMetrics()
-			if cfg.Metrics, err = metrics.start(mctx, log); err != nil { // metrics.go
-				return err
-			}
 			w, err := queue.NewWorker(c, cfg)
 			if err != nil {
 				return UsageError{err}
 			}
+			metrics.setReady(w.Ready)
 			return w.Run(ctx)
 		},
 	}

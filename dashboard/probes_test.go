@@ -1,0 +1,64 @@
+package dashboard_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/internal/pgtest"
+	"github.com/stageq/stageq/internal/queuetest"
+)
+
+// TestReadinessFollowsTheDatabase: /healthz and /readyz answer a caller
+// without credentials (an orchestrator's probe) where every page asks for
+// them; /readyz fails once the queue database is gone (dropped under the
+// dashboard, its connections ended by the server) while /healthz, liveness,
+// stays ok.
+func TestReadinessFollowsTheDatabase(t *testing.T) {
+	dsn := queuetest.Migrated(t, pgtest.NewDatabase(t, "stageq_dash"))
+	t.Setenv("STAGEQ_DASHBOARD_TOKEN", "s3cret-token")
+	base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/": 401, "/metrics": 401} {
+		if code, body := get(path); code != want {
+			t.Errorf("GET %s without credentials: %d %q, want %d", path, code, body, want)
+		}
+	}
+
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := pgtest.Admin(t, "pgx", pgtest.Base())
+	defer admin.Close()
+	if _, err := admin.ExecContext(context.Background(), "DROP DATABASE "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, body := get("/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "the queue database does not answer") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz with the database gone: %d %q", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := get("/healthz"); code != 200 {
+		t.Errorf("/healthz with the database gone: %d %q, want 200", code, body)
+	}
+}
