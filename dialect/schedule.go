@@ -140,14 +140,20 @@ type ScheduleInfo struct {
 	LastFiredAt  *time.Time    `json:"last_fired_at,omitempty"`
 }
 
-// MarshalJSON writes the durations in seconds, like every stageq JSON output.
+// MarshalJSON writes the durations in seconds, like every stageq JSON output,
+// and the plan as the JSON object it is stored as, not as a string of it.
 func (s ScheduleInfo) MarshalJSON() ([]byte, error) {
 	type plain ScheduleInfo // without this method
+	var plan any = s.Plan
+	if json.Valid([]byte(s.Plan)) {
+		plan = json.RawMessage(s.Plan)
+	}
 	out := struct {
 		plain
+		Plan            any     `json:"plan"`
 		IntervalSeconds float64 `json:"interval_seconds,omitempty"`
 		GraceSeconds    float64 `json:"grace_seconds"`
-	}{plain(s), s.Interval.Seconds(), s.Grace.Seconds()}
+	}{plain(s), plan, s.Interval.Seconds(), s.Grace.Seconds()}
 	return json.Marshal(out)
 }
 

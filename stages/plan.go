@@ -78,7 +78,7 @@ type Task struct {
 	Priority    int       `json:"priority,omitempty" yaml:"priority,omitempty"`
 	Atomic      *bool     `json:"atomic,omitempty" yaml:"atomic,omitempty"`
 	Delay       Duration  `json:"delay,omitempty" yaml:"delay,omitempty"`
-	RunAt       time.Time `json:"run_at,omitempty" yaml:"run_at,omitempty"`
+	RunAt       time.Time `json:"run_at,omitzero" yaml:"run_at,omitempty"`
 	// Limit names the cluster-wide concurrency limit the task counts against.
 	Limit string `json:"limit,omitempty" yaml:"limit,omitempty"`
 }

@@ -151,6 +151,9 @@ func checkJSONStyle(t *testing.T, what string, v any) {
 			if s, ok := val.(string); ok && strings.HasPrefix(s, "0001-01-01") {
 				t.Errorf("%s: %q is a zero timestamp", what, k)
 			}
+			if _, isObject := val.(map[string]any); k == "plan" && !isObject {
+				t.Errorf("%s: %q is %T, want the plan's JSON object", what, k, val)
+			}
 			if k == "interval" || k == "grace" || k == "lease" {
 				t.Errorf("%s: duration %q has no unit in its name (want *_seconds)", what, k)
 			}
