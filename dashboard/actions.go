@@ -101,8 +101,12 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil || !s.checkCSRF(r) {
-		http.Error(w, "forbidden: missing or wrong CSRF token (reload the page and try again)", http.StatusForbidden)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := s.checkCSRF(r); err != nil {
+		http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 		return
 	}
 	name := r.PathValue("action")

@@ -43,15 +43,22 @@ const (
 
 // browser is one signed-in browser session on a dashboard.
 type browser struct {
-	base string
-	hc   *http.Client
+	base   string
+	hc     *http.Client
+	header map[string]string // sent with every request (an Origin, say)
 }
 
-func newActionServer(t *testing.T, dsn string) (*browser, *queue.Client) {
+// newActionServer serves a dashboard on dsn with actionUser's credentials;
+// set changes its configuration first.
+func newActionServer(t *testing.T, dsn string, set ...func(*dashboard.Config)) (*browser, *queue.Client) {
 	t.Helper()
 	c := queuetest.Client(t, dsn)
-	srv, err := dashboard.New(c, dashboard.Config{Actor: "dashboard-test", Logger: zerolog.Nop(),
-		Access: dashboard.Access{User: actionUser, Password: actionPassword}})
+	cfg := dashboard.Config{Actor: "dashboard-test", Logger: zerolog.Nop(),
+		Access: dashboard.Access{User: actionUser, Password: actionPassword}}
+	for _, f := range set {
+		f(&cfg)
+	}
+	srv, err := dashboard.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +84,9 @@ func (b *browser) do(t *testing.T, method, path string, form url.Values) (*http.
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	req.SetBasicAuth(actionUser, actionPassword)
+	for k, v := range b.header {
+		req.Header.Set(k, v)
+	}
 	resp, err := b.hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -436,5 +446,56 @@ func TestProcessActions(t *testing.T) {
 				t.Error("after resume process pp is still paused")
 			}
 		})
+	})
+}
+
+// TestActionsBehindAProxy: behind a proxy that rewrites Host, the browser's
+// Origin names the proxy's public address, not the host the dashboard sees.
+// Such an action is refused, saying which --origin would admit it; with that
+// origin configured it is taken, and any other origin is still refused.
+func TestActionsBehindAProxy(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, dsn string) {
+		const public = "https://dash.example.com"
+		pause := func(b *browser, origin string) (*http.Response, string) {
+			f := b.form(t, b.get(t, "/process/px"), "process-pause", "px")
+			f.Set("confirm", "1")
+			b.header = map[string]string{"Origin": origin}
+			defer func() { b.header = nil }()
+			return b.do(t, http.MethodPost, "/action/process-pause", f)
+		}
+		plain, c := newActionServer(t, dsn)
+		one := 1
+		if _, err := c.Submit(context.Background(), stages.Plan{Process: "px", Stages: []stages.Stage{{Order: &one,
+			Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, body := pause(plain, public); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "start it with --origin "+public) {
+			t.Errorf("an action from the proxy's origin, none configured: %s %q; want 403 naming --origin", resp.Status, body)
+		}
+
+		proxied, _ := newActionServer(t, dsn, func(cfg *dashboard.Config) { cfg.Origins = []string{public} })
+		if resp, body := pause(proxied, "https://evil.example"); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("an action from another origin: %s %q; want 403", resp.Status, body)
+		}
+		paused := func() bool {
+			op, err := dialect.AsOperator(c.Dialect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps, err := op.ProcessList(context.Background(), dialect.ProcessFilter{Name: "px", All: true})
+			if err != nil || len(ps) != 1 {
+				t.Fatalf("process px: %+v %v", ps, err)
+			}
+			return ps[0].Paused
+		}
+		if paused() {
+			t.Fatal("a refused action paused px")
+		}
+		if resp, body := pause(proxied, public); resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("an action from the configured origin: %s %q; want 303", resp.Status, body)
+		}
+		if !paused() {
+			t.Error("the action from the configured origin did not pause px")
+		}
 	})
 }

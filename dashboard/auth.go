@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -102,23 +105,40 @@ func (s *Server) csrfToken(session string) string {
 }
 
 // checkCSRF admits a POST only with the session cookie, the token of that
-// session, and (when the browser says) a same-origin request.
-func (s *Server) checkCSRF(r *http.Request) bool {
+// session, and (when the browser says) a same-origin request: one whose
+// Origin names the host it was sent to, or one of Config.Origins. It says why
+// it refused, for the 403 page.
+func (s *Server) checkCSRF(r *http.Request) error {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || len(c.Value) != 64 {
-		return false
+		return errors.New("no session cookie (reload the page and try again)")
 	}
 	if !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.csrfToken(c.Value))) {
-		return false
+		return errors.New("missing or wrong CSRF token (reload the page and try again)")
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return false
+		return fmt.Errorf("a %s request: actions are taken from the dashboard's own pages only", site)
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
-			return false
+		if err != nil || (u.Host != r.Host && !slices.Contains(s.cfg.Origins, NormalOrigin(u))) {
+			// Behind a proxy that rewrites Host, the browser's origin is the
+			// proxy's public name: the operator names it (serve --origin).
+			return fmt.Errorf("the request comes from %s, and this dashboard was reached as %s: behind a proxy that rewrites Host, start it with --origin %s", o, r.Host, o)
 		}
 	}
-	return true
+	return nil
+}
+
+// NormalOrigin is u's origin as browsers send it: scheme://host[:port], lower
+// case, without a default port.
+func NormalOrigin(u *url.URL) string {
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	if h, p, err := net.SplitHostPort(host); err == nil && (scheme == "https" && p == "443" || scheme == "http" && p == "80") {
+		host = h
+		if strings.Contains(h, ":") {
+			host = "[" + h + "]"
+		}
+	}
+	return scheme + "://" + host
 }

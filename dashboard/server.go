@@ -43,6 +43,11 @@ type Config struct {
 	// not answer (frozen, or a lock held) fails the page instead of holding it
 	// open (default 15s). Actions are not bounded.
 	RequestTimeout time.Duration
+	// Origins are browser origins (scheme://host[:port], as NormalOrigin
+	// writes them) from which actions are accepted besides the host a request
+	// was sent to: the dashboard's public address behind a proxy that
+	// rewrites Host.
+	Origins []string
 	// Actor names the dashboard in what it records (a schedule's run-now).
 	Actor string
 	// Logger receives one line per action (never a credential).

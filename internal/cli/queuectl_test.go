@@ -128,6 +128,9 @@ func TestQueuectlCommands(t *testing.T) {
 		qcExpect(t, dsn, ExitUsage, "positive whole number", "retry", "abc")
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "logs", "--limit", "-5")
 		qcExpect(t, dsn, ExitUsage, "give HOST:PORT", "serve", "--addr", "127.0.0.1")
+		for _, o := range []string{"dash.example.com", "https://dash.example.com/app", "ftp://dash.example.com", "https://"} {
+			qcExpect(t, dsn, ExitUsage, "scheme and host only", "serve", "--origin", o)
+		}
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "schedule", "runs", "x", "--limit", "-5")
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "logs", "--task", "-3")
 		qcExpect(t, dsn, ExitUsage, "must not be negative", "tasks", "--limit", "-5")

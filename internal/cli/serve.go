@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -58,6 +59,13 @@ Every action asks for confirmation and carries a per-session CSRF token;
 				return usageErrorf("--addr %s is not a loopback address: set %s, or %s and %s, to require credentials",
 					addr, envDashToken, envDashUser, envDashPassword)
 			}
+			for i, o := range cfg.Origins {
+				u, err := url.Parse(o)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+					return usageErrorf("--origin %q: give the address the browser shows, scheme and host only (https://dash.example.com)", o)
+				}
+				cfg.Origins[i] = dashboard.NormalOrigin(u)
+			}
 			if cfg.DeadAfter <= 0 || cfg.Refresh <= 0 || cfg.MetricsProcesses <= 0 || cfg.RequestTimeout <= 0 {
 				return usageErrorf("--dead-after, --refresh, --request-timeout and --metrics-processes must be positive")
 			}
@@ -82,6 +90,7 @@ Every action asks for confirmation and carries a per-session CSRF token;
 	f := cmd.Flags()
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address (loopback unless credentials are set in the environment)")
 	f.BoolVar(&cfg.ReadOnly, "read-only", false, "show everything, change nothing")
+	f.StringSliceVar(&cfg.Origins, "origin", nil, "behind a proxy that rewrites Host: the address browsers reach the dashboard at (https://dash.example.com), from which actions are then accepted")
 	f.DurationVar(&cfg.DeadAfter, "dead-after", time.Minute, "a worker whose last heartbeat is older than this is dead")
 	f.DurationVar(&cfg.Refresh, "refresh", 2*time.Second, "how often pages refresh their content")
 	f.DurationVar(&cfg.RequestTimeout, "request-timeout", 15*time.Second, "a page whose database work takes longer fails (504); actions are not bounded")
