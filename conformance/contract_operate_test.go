@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,59 @@ func contractProcessList(t *testing.T, db *testDB) {
 	if all, err := op.ProcessList(ctx, dialect.ProcessFilter{}); err != nil || len(all) != 3 {
 		t.Fatalf("ProcessList without a limit: %d processes, %v; want 3", len(all), err)
 	}
+}
+
+// LogList: rows by start, then id (a bulk cancel starts them all at one
+// instant); a limit takes the first rows, or with Newest the last ones, still
+// oldest first; AfterID pages past a row among those that started at Since.
+func contractLogList(t *testing.T, db *testDB) {
+	ctx := context.Background()
+	op := limOperator(t, db)
+	later := time.Now().Add(time.Hour)
+	p := dialect.SubmitParams{Process: "c-logs"}
+	for range 5 {
+		p.Tasks = append(p.Tasks, dialect.NewTask{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1, RunAt: &later})
+	}
+	if _, err := db.D.Submit(ctx, nil, p); err != nil {
+		t.Fatal(err)
+	}
+	if removed, _, err := op.ProcessCancel(ctx, "c-logs"); err != nil || removed != 5 {
+		t.Fatalf("ProcessCancel: %d removed, %v; want 5", removed, err)
+	}
+	all, err := db.D.LogList(ctx, dialect.LogFilter{Process: "c-logs"})
+	if err != nil || len(all) != 5 {
+		t.Fatalf("LogList: %d rows, %v; want the 5 cancels", len(all), err)
+	}
+	ids := logIDs(all)
+	if !slices.IsSorted(ids) {
+		t.Fatalf("LogList of rows started at one instant: ids %v, want ascending", ids)
+	}
+	for _, c := range []struct {
+		what string
+		f    dialect.LogFilter
+		want []int64
+	}{
+		{"limit 2", dialect.LogFilter{Limit: 2}, ids[:2]},
+		{"limit 2, newest", dialect.LogFilter{Limit: 2, Newest: true}, ids[3:]},
+		{"newest, no limit", dialect.LogFilter{Newest: true}, ids},
+		{"after the second", dialect.LogFilter{Since: all[1].StartedAt, AfterID: ids[1], Limit: 2}, ids[2:4]},
+		{"after the second, newest", dialect.LogFilter{Since: all[1].StartedAt, AfterID: ids[1], Limit: 2, Newest: true}, ids[3:]},
+	} {
+		c.f.Process = "c-logs"
+		got, err := db.D.LogList(ctx, c.f)
+		if err != nil || !slices.Equal(logIDs(got), c.want) {
+			t.Errorf("LogList, %s: ids %v, %v; want %v", c.what, logIDs(got), err, c.want)
+		}
+	}
+}
+
+// logIDs are the ids of Logs rows, in their order.
+func logIDs(es []dialect.LogEntry) []int64 {
+	out := make([]int64, len(es))
+	for i, e := range es {
+		out[i] = e.ID
+	}
+	return out
 }
 
 // ProcessSetPaused: ErrNotFound for an unknown process. Paused, a process's

@@ -33,6 +33,7 @@ func TestDialectContract(t *testing.T) {
 		"Workers":                contractWorkers,
 		"ProcessGet":             contractProcessGet,
 		"ProcessList":            contractProcessList,
+		"LogList":                contractLogList,
 		"ProcessSetPaused":       contractProcessSetPaused,
 		"ProcessCancel":          contractProcessCancel,
 		"TaskOperations":         contractTaskOperations,

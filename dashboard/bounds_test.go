@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
@@ -70,6 +71,67 @@ func TestProcessesPageIsBounded(t *testing.T) {
 			strings.Contains(page, `data-process="p500"`) || !strings.Contains(page, `id="capped"`) {
 			t.Errorf("processes page: %s, %d processes, capped note %v; want p000 to p499 and the note",
 				resp.Status, n, strings.Contains(page, `id="capped"`))
+		}
+	})
+}
+
+// TestProcessPageShowsTheLatestAttempts: a process whose window holds more
+// attempts than the timeline reads (2,000) and draws (400) shows the latest
+// ones, a long process's live end, and says so; one with more waiting tasks
+// than the page lists says that too.
+func TestProcessPageShowsTheLatestAttempts(t *testing.T) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
+		ctx := context.Background()
+		one := 1
+		later := time.Now().Add(time.Hour)
+		waiting := func(n int) []stages.Task {
+			ts := make([]stages.Task, n)
+			for i := range ts {
+				ts[i] = stages.Task{Body: "SELECT 1", RunAt: later}
+			}
+			return ts
+		}
+		res, err := c.Submit(ctx, stages.Plan{Process: "long", Stages: []stages.Stage{{Order: &one, Tasks: waiting(2001)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Dialect().(dialect.Operator).ProcessCancel(ctx, "long"); err != nil {
+			t.Fatal(err) // 2,001 Logs rows, one per task
+		}
+		if _, err := c.Submit(ctx, stages.Plan{Process: "wide", Stages: []stages.Stage{{Order: &one, Tasks: waiting(501)}}}); err != nil {
+			t.Fatal(err)
+		}
+		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
+		get := func(path string) string {
+			t.Helper()
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %s", path, resp.Status)
+			}
+			return string(b)
+		}
+		trail, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: "long"})
+		if err != nil || len(trail) != len(res.TaskIDs) {
+			t.Fatalf("Logs of the cancel: %d rows, %v; want %d", len(trail), err, len(res.TaskIDs))
+		}
+		page := get("/process/long")
+		first, last := trail[0].TaskID, trail[len(trail)-1].TaskID // by Logs' order, (started_at, id)
+		drawn := func(task int64) bool { return strings.Contains(page, fmt.Sprintf(`data-task="%d"`, task)) }
+		if !strings.Contains(page, `id="logs-capped"`) || !strings.Contains(page, `id="rows-truncated"`) || !drawn(last) || drawn(first) ||
+			drawn(trail[len(trail)-401].TaskID) || !drawn(trail[len(trail)-400].TaskID) {
+			t.Errorf("the timeline of 2,001 attempts: want the latest 400 of the latest 2,000 drawn and both notes; notes %v %v, drawn: last %v, first %v",
+				strings.Contains(page, `id="logs-capped"`), strings.Contains(page, `id="rows-truncated"`), drawn(last), drawn(first))
+		}
+		if page := get("/process/wide"); !strings.Contains(page, `id="tasks-capped"`) {
+			t.Error("the page of a process of 501 waiting tasks does not say it lists the first 500")
+		}
+		if strings.Contains(get("/process/long"), `id="tasks-capped"`) {
+			t.Error("a process without waiting tasks says its task list is capped")
 		}
 	})
 }

@@ -46,7 +46,8 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	window := r.URL.Query().Get("window")
-	f := dialect.LogFilter{Process: name, Limit: timelineAttempt}
+	// The latest attempts: a long process's live end, not its start.
+	f := dialect.LogFilter{Process: name, Limit: timelineAttempt, Newest: true}
 	switch window {
 	case "all":
 	case "1h", "168h":
@@ -74,7 +75,8 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 	}
 	tl := BuildTimeline(entries, now)
 	return "Process " + name, map[string]any{"P": ps[0], "Timeline": tl, "Tasks": rows, "Window": window,
-		"Windows": timelineWindows, "LogsCapped": len(entries) == timelineAttempt}, nil
+		"Windows": timelineWindows, "LogsCapped": len(entries) == timelineAttempt, "LogsMax": timelineAttempt,
+		"TasksCapped": len(tasks) == taskPageMax, "TasksMax": taskPageMax}, nil
 }
 
 // taskRow is a task with the reasons it waits (for the first explainInline).

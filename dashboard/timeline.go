@@ -28,7 +28,8 @@ type Timeline struct {
 	Ticks         []Tick
 	Stages        []StageBand
 	Rows          []AttemptRow
-	Truncated     int // attempts not drawn
+	Truncated     int // earlier attempts not drawn
+	Drawn         int // attempts drawn
 	Empty         bool
 }
 
@@ -76,6 +77,18 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 		return tl
 	}
 	es := append([]dialect.LogEntry(nil), entries...)
+	if len(es) > tlMaxRows {
+		// The latest attempts: a long process's live end, not its start.
+		sort.SliceStable(es, func(i, j int) bool {
+			if !es[i].StartedAt.Equal(es[j].StartedAt) {
+				return es[i].StartedAt.After(es[j].StartedAt)
+			}
+			return es[i].ID > es[j].ID
+		})
+		tl.Truncated = len(es) - tlMaxRows
+		es = es[:tlMaxRows]
+	}
+	tl.Drawn = len(es)
 	sort.SliceStable(es, func(i, j int) bool {
 		a, b := es[i], es[j]
 		if a.Order != b.Order {
@@ -90,10 +103,6 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 		}
 		return a.ID < b.ID
 	})
-	if len(es) > tlMaxRows {
-		tl.Truncated = len(es) - tlMaxRows
-		es = es[:tlMaxRows]
-	}
 	end := func(e dialect.LogEntry) time.Time {
 		if e.EndedAt != nil {
 			return *e.EndedAt

@@ -373,6 +373,9 @@ type LogFilter struct {
 	// AfterID pages the list: of the rows that started at Since exactly, only
 	// those whose id is greater (the list is ordered by start time, then id).
 	AfterID int64
+	// Newest takes the last Limit rows of the filter instead of the first
+	// (still returned oldest first): the recent end of a long trail.
+	Newest bool
 }
 
 // LogEntry is one attempt of one task.

@@ -58,6 +58,7 @@ func (p *Postgres) base() sqlbase.Base {
 			StageDone:       stageDoneSQL,
 			WorkerList:      workerListSQL,
 			LogList:         logListSQL,
+			LogListNewest:   logListNewestSQL,
 			TaskList:        taskListSQL,
 			ProcessGet:      processGetSQL,
 		},

@@ -183,6 +183,9 @@ type Statements struct {
 	// (each "" or 0 for all), since, limit, and the id to page after among
 	// the rows started at since exactly (0: none).
 	LogList string
+	// LogListNewest is LogList's newest rows first (LogFilter.Newest); its
+	// parameters are LogList's.
+	LogListNewest string
 	// TaskList reads tasks. In: process, state ("" for all), limit.
 	TaskList string
 	// ProcessGet reads a process by name. Out: id, name, state, current order.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
@@ -24,8 +25,16 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 	if since.IsZero() {
 		since = time.Unix(0, 0)
 	}
-	return list(ctx, b, "logs", b.SQL.LogList, dialect.ScanLogEntry,
+	stmt := b.SQL.LogList
+	if f.Newest {
+		stmt = b.SQL.LogListNewest
+	}
+	out, err := list(ctx, b, "logs", stmt, dialect.ScanLogEntry,
 		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit), f.AfterID)
+	if f.Newest {
+		slices.Reverse(out)
+	}
+	return out, err
 }
 
 // TaskList implements dialect.Dialect.

@@ -50,6 +50,7 @@ func (s *SQLite) base() sqlbase.Base {
 			StageDone:       opStageDoneSQL,
 			WorkerList:      opWorkerListSQL,
 			LogList:         logListSQL,
+			LogListNewest:   logListNewestSQL,
 			TaskList:        taskListSQL,
 			ProcessGet:      processGetSQL,
 		},

@@ -5,10 +5,16 @@ import (
 	"time"
 )
 
-// logListSQL reads Logs oldest first; empty filters match everything.
+// logListSQL reads Logs oldest first, logListNewestSQL the newest rows of the
+// filter (sqlbase turns them oldest first); empty filters match everything.
 // In: process, task, worker, outcome, since, limit, the id to page after among
 // rows started at since exactly (0: none).
-const logListSQL = `
+const (
+	logListSQL       = logListFrom + ` ORDER BY started_at, id LIMIT ?6`
+	logListNewestSQL = logListFrom + ` ORDER BY started_at DESC, id DESC LIMIT ?6`
+)
+
+const logListFrom = `
 SELECT id, task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
        started_at, ended_at, outcome, coalesce(error, ''), retry_at, coalesce(schedule_name, '')
   FROM stageq_logs
@@ -16,9 +22,7 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
    AND (?2 = 0 OR task_id = ?2)
    AND (?3 = '' OR worker_id = ?3)
    AND (?4 = '' OR outcome = ?4)
-   AND started_at >= ?5 AND (started_at > ?5 OR id > ?7)
- ORDER BY started_at, id
- LIMIT ?6`
+   AND started_at >= ?5 AND (started_at > ?5 OR id > ?7)`
 
 func parseNullTime(s sql.NullString) (*time.Time, error) {
 	if !s.Valid {

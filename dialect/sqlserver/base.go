@@ -63,6 +63,7 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			StageDone:       stageDoneSQL,
 			WorkerList:      workerListSQL,
 			LogList:         logListSQL,
+			LogListNewest:   logListNewestSQL,
 			TaskList:        taskListSQL,
 			ProcessGet:      processGetSQL,
 		},

@@ -38,6 +38,8 @@ var baseArgs = map[string][]struct {
 	"mark cancelled":     {{"pProcessId", int64(0)}},
 	"log list": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
 		{"pSince", time.Time{}}, {"pLimit", 0}, {"pAfterId", int64(0)}},
+	"log list, newest": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
+		{"pSince", time.Time{}}, {"pLimit", 0}, {"pAfterId", int64(0)}},
 	"task list":       {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}},
 	"process get":     {{"pName", ""}},
 	"process list":    {{"pName", ""}, {"pAll", false}, {"pLimit", 0}},

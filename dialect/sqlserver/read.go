@@ -7,10 +7,17 @@ package sqlserver
 // (a seek on the right index) and is not cached, so these few statements add
 // nothing to the plan cache either.
 
-// logListSQL reads Logs oldest first. In: process name, task id, worker id,
-// outcome (empty or 0: no filter), started at or after, row limit, and the id to
-// page after among rows started at that very time (0: none). Out: log rows.
-const logListSQL = `
+// logListSQL reads Logs oldest first, logListNewestSQL the newest rows of the
+// filter (sqlbase turns them oldest first). In: process name, task id, worker
+// id, outcome (empty or 0: no filter), started at or after, row limit, and the
+// id to page after among rows started at that very time (0: none). Out: log
+// rows.
+const (
+	logListSQL       = logListFrom + ` ORDER BY l.started_at, l.id OPTION (RECOMPILE);`
+	logListNewestSQL = logListFrom + ` ORDER BY l.started_at DESC, l.id DESC OPTION (RECOMPILE);`
+)
+
+const logListFrom = `
 SET NOCOUNT ON;
 DECLARE @Process nvarchar(400) = @pProcess,
         @TaskId bigint = @pTaskId,
@@ -27,9 +34,7 @@ SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_o
    AND (@TaskId = 0 OR l.task_id = @TaskId)
    AND (@WorkerId = N'' OR l.worker_id = @WorkerId)
    AND (@Outcome = '' OR l.outcome = @Outcome)
-   AND l.started_at >= @Since AND (l.started_at > @Since OR l.id > @AfterId)
- ORDER BY l.started_at, l.id
-OPTION (RECOMPILE);`
+   AND l.started_at >= @Since AND (l.started_at > @Since OR l.id > @AfterId)`
 
 // taskListSQL reads the tasks still queued. In: process name, state (empty for
 // all), row limit. Out: tasks by process, order and id.

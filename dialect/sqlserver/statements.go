@@ -48,6 +48,7 @@ var statements = []statement{
 	{name: "worker heartbeat", sql: workerHeartbeatSQL},
 	{name: "worker stop", sql: workerStopSQL},
 	{name: "log list", sql: logListSQL},
+	{name: "log list, newest", sql: logListNewestSQL},
 	{name: "task list", sql: taskListSQL},
 	{name: "process get", sql: processGetSQL},
 	{name: "clock now", sql: clockNowSQL},

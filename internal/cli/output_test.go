@@ -70,6 +70,20 @@ func TestReadableOutput(t *testing.T) {
 		if n := strings.Count(qcExpect(t, dsn, 0, "", "logs", "--limit", "0"), "\n"); n != 1+205 {
 			t.Errorf("logs --limit 0: %d lines, want %d", n, 1+205)
 		}
+		// --newest: the recent end of the trail, still oldest first.
+		var every, newest []dialect.LogEntry
+		if err := json.Unmarshal([]byte(qcExpect(t, dsn, 0, "", "logs", "--limit", "0", "--json")), &every); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(qcExpect(t, dsn, 0, "", "logs", "--newest", "--limit", "3", "--json")), &newest); err != nil {
+			t.Fatal(err)
+		}
+		if len(newest) != 3 || len(every) < 3 || newest[0].ID != every[len(every)-3].ID || newest[2].ID != every[len(every)-1].ID {
+			t.Errorf("logs --newest --limit 3: %+v; want the last 3 of %d rows, oldest first", newest, len(every))
+		}
+		if _, _, stderr := qc(t, dsn, "logs", "--newest"); !strings.Contains(stderr, "showing the newest 200 rows") {
+			t.Errorf("logs --newest past the default limit: stderr %q", stderr)
+		}
 		for _, args := range [][]string{{"tasks"}, {"status"}} {
 			out := qcExpect(t, dsn, 0, "", args...)
 			if !strings.Contains(out, `two\nlines`) || strings.Contains(out, "two\nlines") {

@@ -40,7 +40,7 @@ func newLogsCommand(dsn *string) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "logs",
-		Short: "Show the Logs trail: every attempt of every task, oldest first",
+		Short: "Show the Logs trail: every attempt of every task, oldest first (--newest: its recent end)",
 		Args:  cobra.NoArgs,
 		PreRunE: func(*cobra.Command, []string) error { // the filter, before any connection
 			if since < 0 {
@@ -64,7 +64,11 @@ func newLogsCommand(dsn *string) *cobra.Command {
 				return err
 			}
 			if f.Limit > 0 && len(entries) == f.Limit && !cmd.Flags().Changed("limit") {
-				fmt.Fprintf(cmd.ErrOrStderr(), "showing the first %d rows: narrow with --since, --process, --task or --outcome, or --limit 0 for all\n", f.Limit)
+				if f.Newest {
+					fmt.Fprintf(cmd.ErrOrStderr(), "showing the newest %d rows: narrow with --since, --process, --task or --outcome, or --limit 0 for all\n", f.Limit)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "showing the first %d rows: --newest for the latest, narrow with --since, --process, --task or --outcome, or --limit 0 for all\n", f.Limit)
+				}
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), entries)
@@ -79,6 +83,7 @@ func newLogsCommand(dsn *string) *cobra.Command {
 	fl.StringVar(&out, "outcome", "", "only this outcome: running, succeeded, failed, abandoned, released, or an operator's cancelled, discarded, retried")
 	fl.DurationVar(&since, "since", 0, "only attempts started within this long (e.g. 1h)")
 	fl.IntVar(&f.Limit, "limit", defaultLogRows, "at most this many rows (0: all)")
+	fl.BoolVar(&f.Newest, "newest", false, "the last --limit rows instead of the first (still printed oldest first): the recent end of the trail")
 	jsonFlag(cmd, &asJSON)
 	return cmd
 }
