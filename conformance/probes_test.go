@@ -70,6 +70,7 @@ func TestWorkerProbesWhileConnecting(t *testing.T) {
 	base := probeBase(t, w)
 	waitProbe(t, base+"/readyz", http.StatusServiceUnavailable, "connecting to the queue database")
 	waitProbe(t, base+"/healthz", http.StatusOK, "ok")
+	waitProbe(t, base+"/metrics", http.StatusOK, "stageq_worker_ready 0")
 }
 
 var probeAddr = regexp.MustCompile(`"addr":"(127\.0\.0\.1:\d+)"`)

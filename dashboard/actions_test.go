@@ -469,12 +469,17 @@ func TestActionsBehindAProxy(t *testing.T) {
 			Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
 			t.Fatal(err)
 		}
-		if resp, body := pause(plain, public); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "start it with --origin "+public) {
+		if resp, body := pause(plain, public); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "its origin is "+public) ||
+			!strings.Contains(body, "start the dashboard with --origin") {
 			t.Errorf("an action from the proxy's origin, none configured: %s %q; want 403 naming --origin", resp.Status, body)
 		}
 
-		proxied, _ := newActionServer(t, dsn, func(cfg *dashboard.Config) { cfg.Origins = []string{public} })
-		if resp, body := pause(proxied, "https://evil.example"); resp.StatusCode != http.StatusForbidden {
+		configured, err := url.Parse("HTTPS://Dash.Example.com:443/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxied, _ := newActionServer(t, dsn, func(cfg *dashboard.Config) { cfg.Origins = []string{dashboard.NormalOrigin(configured)} })
+		if resp, body := pause(proxied, "https://evil.example"); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "its origin is https://evil.example") {
 			t.Errorf("an action from another origin: %s %q; want 403", resp.Status, body)
 		}
 		paused := func() bool {
@@ -491,11 +496,32 @@ func TestActionsBehindAProxy(t *testing.T) {
 		if paused() {
 			t.Fatal("a refused action paused px")
 		}
-		if resp, body := pause(proxied, public); resp.StatusCode != http.StatusSeeOther {
+		// As browsers write it: the configured origin is normalised alike.
+		if resp, body := pause(proxied, "https://dash.example.com"); resp.StatusCode != http.StatusSeeOther {
 			t.Errorf("an action from the configured origin: %s %q; want 303", resp.Status, body)
 		}
 		if !paused() {
 			t.Error("the action from the configured origin did not pause px")
 		}
 	})
+}
+
+// TestNormalOrigin: an origin is compared as browsers send it: scheme and
+// host in lower case, without the scheme's default port.
+func TestNormalOrigin(t *testing.T) {
+	for in, want := range map[string]string{
+		"HTTPS://Dash.Example.com:443/": "https://dash.example.com",
+		"http://dash.example.com:80":    "http://dash.example.com",
+		"http://dash.example.com:8080":  "http://dash.example.com:8080",
+		"https://[::1]:443":             "https://[::1]",
+		"https://[::1]:8443":            "https://[::1]:8443",
+	} {
+		u, err := url.Parse(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := dashboard.NormalOrigin(u); got != want {
+			t.Errorf("NormalOrigin(%s) = %s, want %s", in, got, want)
+		}
+	}
 }

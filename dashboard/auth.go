@@ -124,7 +124,7 @@ func (s *Server) checkCSRF(r *http.Request) error {
 		if err != nil || (u.Host != r.Host && !slices.Contains(s.cfg.Origins, NormalOrigin(u))) {
 			// Behind a proxy that rewrites Host, the browser's origin is the
 			// proxy's public name: the operator names it (serve --origin).
-			return fmt.Errorf("the request comes from %s, and this dashboard was reached as %s: behind a proxy that rewrites Host, start it with --origin %s", o, r.Host, o)
+			return fmt.Errorf("the page that sent it is not this dashboard's (its origin is %s; the dashboard was reached as %s); if that is the address browsers use behind a proxy that rewrites Host, start the dashboard with --origin set to it", o, r.Host)
 		}
 	}
 	return nil

@@ -37,6 +37,16 @@ func TestReadinessFollowsTheDatabase(t *testing.T) {
 			t.Errorf("GET %s without credentials: %d %q, want %d", path, code, body, want)
 		}
 	}
+	for _, path := range []string{"/healthz", "/readyz"} { // a load balancer's check may be a HEAD
+		resp, err := http.Head(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("HEAD %s without credentials: %s, want 200", path, resp.Status)
+		}
+	}
 
 	u, err := url.Parse(dsn)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +65,7 @@ type Server struct {
 	key   []byte // HMAC key of the CSRF tokens, new at every start
 	pages map[string]*template.Template
 	mux   *http.ServeMux
+	ready readiness // the readiness probe's last answer
 }
 
 // New builds the dashboard on an open client.
@@ -154,23 +156,45 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // probe: the health probes answer without credentials (a load balancer's or
 // an orchestrator's check carries none); they tell nothing but up or down.
 func probe(r *http.Request) bool {
-	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
 }
 
 // readyz is the readiness probe: the dashboard serves its pages only while
 // the queue database answers, within a few seconds. /healthz, liveness, never
 // asks the database: an outage restarting the dashboard would help nothing.
+// Anyone may call it, so an answer serves the probes of the next second too:
+// a flood of probes costs the database one SELECT 1 a second.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), min(s.cfg.RequestTimeout, 5*time.Second))
-	defer cancel()
-	var one int
-	if err := s.d.DB().QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
-		// The reason goes to the log, not to an unauthenticated caller.
-		s.cfg.Logger.Warn().Err(err).Msg("readiness probe: the queue database does not answer")
+	if err := s.ready.check(r.Context(), s); err != nil {
 		http.Error(w, "not ready: the queue database does not answer", http.StatusServiceUnavailable)
 		return
 	}
 	w.Write([]byte("ready\n"))
+}
+
+// readiness is the last answer of the readiness probe's database check.
+type readiness struct {
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (rd *readiness) check(ctx context.Context, s *Server) error {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if !rd.at.IsZero() && time.Since(rd.at) < time.Second {
+		return rd.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.RequestTimeout, 5*time.Second))
+	defer cancel()
+	var one int
+	rd.err = s.d.DB().QueryRowContext(ctx, "SELECT 1").Scan(&one)
+	rd.at = time.Now()
+	if rd.err != nil {
+		// The reason goes to the log, not to an unauthenticated caller.
+		s.cfg.Logger.Warn().Err(rd.err).Msg("readiness probe: the queue database does not answer")
+	}
+	return rd.err
 }
 
 var funcs = template.FuncMap{

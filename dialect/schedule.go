@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -155,6 +156,37 @@ func (s ScheduleInfo) MarshalJSON() ([]byte, error) {
 		GraceSeconds    float64 `json:"grace_seconds"`
 	}{plain(s), plan, s.Interval.Seconds(), s.Grace.Seconds()}
 	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, so that the JSON of `queuectl
+// schedule list --json` reads back into ScheduleInfo.
+func (s *ScheduleInfo) UnmarshalJSON(b []byte) error {
+	type plain ScheduleInfo // without this method
+	var in struct {
+		plain
+		Plan            json.RawMessage `json:"plan"`
+		IntervalSeconds float64         `json:"interval_seconds"`
+		GraceSeconds    float64         `json:"grace_seconds"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*s = ScheduleInfo(in.plain)
+	s.Interval = time.Duration(in.IntervalSeconds * float64(time.Second))
+	s.Grace = time.Duration(in.GraceSeconds * float64(time.Second))
+	var text string
+	if err := json.Unmarshal(in.Plan, &text); err == nil {
+		s.Plan = text // a plan written as a string of JSON
+		return nil
+	}
+	var compact bytes.Buffer
+	if len(in.Plan) > 0 {
+		if err := json.Compact(&compact, in.Plan); err != nil {
+			return fmt.Errorf("schedule plan: %w", err)
+		}
+	}
+	s.Plan = compact.String()
+	return nil
 }
 
 // ScheduleFilter selects schedules; zero fields do not filter.

@@ -165,7 +165,7 @@ func upTables(ctx context.Context, t Target) (uint, error) {
 			return uint(de.Version), fmt.Errorf("migrate up: version %d is dirty: a migration failed half way; %s", de.Version, dirtyAdvice(t, uint(de.Version)))
 		}
 		if v, dirty, verr := m.Version(); verr == nil && dirty {
-			return v, fmt.Errorf("migrate up: migration %d failed: %w; its version is recorded dirty: %s", v, brief(err), dirtyAdvice(t, v))
+			return v, fmt.Errorf("migrate up: migration %d failed: %w; its version is recorded dirty: %s", v, brief(err), repairAdvice(t, v, true, false))
 		}
 		return 0, fmt.Errorf("migrate up: %w", brief(err))
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,7 @@ type Metrics struct {
 	kinds     labelCap
 
 	runningOnce sync.Once
-	readyOnce   sync.Once
+	ready       atomic.Pointer[func() bool] // stageq_worker_ready's source, once a worker sets it
 }
 
 // MetricsOptions bound the metrics' labels.
@@ -79,7 +80,17 @@ func NewMetrics(o MetricsOptions) *Metrics {
 		processes: labelCap{max: o.MaxProcesses},
 		kinds:     labelCap{max: maxKinds},
 	}
-	m.reg.MustRegister(m.claimed, m.attempts, m.duration, m.claimLat, m.finishLat, m.leaseLost, m.rescued, m.ticks,
+	// Registered from the start, 0 until a worker says it claims: a worker
+	// still waiting for its database is counted as not ready, not left out.
+	readyGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stageq_worker_ready",
+		Help: "1 while this worker claims tasks: registered, its heartbeats reaching the database, not stopping."},
+		func() float64 {
+			if ready := m.ready.Load(); ready != nil && (*ready)() {
+				return 1
+			}
+			return 0
+		})
+	m.reg.MustRegister(m.claimed, m.attempts, m.duration, m.claimLat, m.finishLat, m.leaseLost, m.rescued, m.ticks, readyGauge,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -99,22 +110,12 @@ func (m *Metrics) observeRunning(running func() int) {
 	})
 }
 
-// observeReady exports whether the worker claims (Worker.Ready) as a gauge
-// of 1 or 0 (once), so that a fleet's alert needs no probe of each worker.
+// observeReady makes the stageq_worker_ready gauge follow ready
+// (Worker.Ready).
 func (m *Metrics) observeReady(ready func() bool) {
-	if m == nil {
-		return
+	if m != nil {
+		m.ready.Store(&ready)
 	}
-	m.readyOnce.Do(func() {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stageq_worker_ready",
-			Help: "1 while this worker claims tasks: registered, its heartbeats reaching the database, not stopping."},
-			func() float64 {
-				if ready() {
-					return 1
-				}
-				return 0
-			}))
-	})
 }
 
 // claimedTasks records one claim: its latency and what it returned.

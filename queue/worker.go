@@ -284,6 +284,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker: Run called twice")
 	}
+	defer w.phase.Store(phaseStopped) // also when it stops while registering
 	host, _ := os.Hostname()
 	w.kinds = w.Kinds()
 	info := dialect.WorkerInfo{ID: w.cfg.ID, Hostname: host, PID: os.Getpid(), Concurrency: w.cfg.Concurrency,
@@ -295,7 +296,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")
-	defer w.phase.Store(phaseStopped)
 
 	// Tasks run on a context of their own: the end of ctx stops claiming, while
 	// running tasks get the grace period before theirs is cancelled.
@@ -344,10 +344,12 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// Prefetched tasks that never started are handed back as soon as ctx
 	// ends, not after the grace period: other workers can run them now.
+	// Running to stopping only: a late callback must not undo "stopped".
 	w.phase.Store(phaseRunning)
-	unwatch := context.AfterFunc(ctx, func() { w.phase.Store(phaseStopping); w.stopBuffer() })
+	stopping := func() { w.phase.CompareAndSwap(phaseRunning, phaseStopping) }
+	unwatch := context.AfterFunc(ctx, func() { stopping(); w.stopBuffer() })
 	err := w.claimLoop(ctx)
-	w.phase.Store(phaseStopping)
+	stopping()
 	if err != nil {
 		// The worker cannot go on (its routines are gone): running tasks could
 		// not record their ends either, so they stop now rather than after the

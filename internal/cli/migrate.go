@@ -52,16 +52,21 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 		}),
 	}, &cobra.Command{
 		Use:   "force VERSION",
-		Short: "Record VERSION as the schema version, clean, running nothing (after repairing a failed migration by hand)",
-		Long: "A migration that fails half way leaves its version recorded dirty, and every binary refuses the\n" +
-			"database. Finish the migration by hand and force its version, or undo it and force the one before;\n" +
-			"then `queuectl migrate up`. Force changes only the record, never a table.",
+		Short: "Record VERSION as the schema version of a dirty database, running nothing (after repairing a failed migration)",
+		Long: "A migration that fails half way leaves a version recorded dirty, and every binary refuses the\n" +
+			"database; the refusal names the versions to record. Undo or finish by hand what the migration left\n" +
+			"(on PostgreSQL and SQLite it rolled back), force the version the tables now match (0: none),\n" +
+			"then `queuectl migrate up`. Force changes only the record, never a table, and only of a dirty database.",
 		Args:    cobra.ExactArgs(1),
-		PreRunE: func(_ *cobra.Command, args []string) error { _, err := versionArg(args[0]); return err },
+		PreRunE: func(_ *cobra.Command, args []string) error { _, err := forceArg(args[0]); return err },
 		RunE: withDialect(dsn, func(cmd *cobra.Command, args []string, d dialect.Dialect) error {
-			v, _ := versionArg(args[0])
+			v, _ := forceArg(args[0])
 			if err := migrations.Force(cmd.Context(), d, v); err != nil {
 				return asUsage(err)
+			}
+			if v == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s schema recorded as having no version; nothing ran\n", d.Name())
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s schema version recorded as %d, clean; nothing ran\n", d.Name(), v)
 			return nil
@@ -85,6 +90,14 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+// forceArg is versionArg for force, which also takes 0 (no version).
+func forceArg(s string) (uint, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	return versionArg(s)
 }
 
 // versionArg reads a schema version argument (a usage error, before any
