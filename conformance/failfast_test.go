@@ -23,7 +23,6 @@ import (
 // run it on beside the holder the database may hand it to next.
 func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 	forEachDialectBut(t, "sqlserver", "the blocking transaction below is written for PostgreSQL and SQLite", func(t *testing.T, db *testDB) {
-		ctx := context.Background()
 		started := make(chan struct{}, 1)
 		type result struct {
 			cancelledAt time.Time
@@ -59,25 +58,13 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 		})
 		id := db.enqueue(t, "ff", 1, stages.Task{Kind: "hold", Body: "x", MaxAttempts: 5})
 		<-started
-		// Block the heartbeat: SQLite's write lock, or the worker rows on
-		// PostgreSQL (the heartbeat updates its own).
-		tx, err := db.D.DB().BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if db.Dialect == "postgres" {
-			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM stageq.workers FOR UPDATE`); err != nil {
-				t.Fatal(err)
-			}
-		} else if _, err := tx.ExecContext(ctx, `UPDATE stageq_limits SET max_running = max_running WHERE 0`); err != nil {
-			t.Fatal(err) // BEGIN IMMEDIATE already holds the write lock; this only uses the transaction
-		}
+		release := blockHeartbeats(t, db)
 		close(locked)
 		r := <-done
 		// The lease as the database has it, read before the lock goes: the last
 		// extension that landed, even one sent just before the lock was taken.
 		expires := leaseExpiry(t, db, id)
-		tx.Rollback()
+		release()
 		if !r.ok {
 			t.Fatalf("the task ran to its end (%s) though its lease expired at %s", r.cancelledAt.Format(time.StampMilli), expires.Format(time.StampMilli))
 		}
@@ -86,6 +73,26 @@ func TestFailFastWhileHeartbeatBlocks(t *testing.T) {
 				r.cancelledAt.Format(time.StampMilli), expires.Format(time.StampMilli))
 		}
 	})
+}
+
+// blockHeartbeats holds, in a transaction left open until release, the lock
+// every heartbeat needs: SQLite's write lock, or the worker rows on
+// PostgreSQL (a heartbeat updates its own).
+func blockHeartbeats(t *testing.T, db *testDB) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.D.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.Dialect == "postgres" {
+		if _, err := tx.ExecContext(ctx, `SELECT 1 FROM stageq.workers FOR UPDATE`); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := tx.ExecContext(ctx, `UPDATE stageq_limits SET max_running = max_running WHERE 0`); err != nil {
+		t.Fatal(err) // BEGIN IMMEDIATE already holds the write lock; this only uses the transaction
+	}
+	return func() { tx.Rollback() }
 }
 
 // leaseExpiry reads a running task's lease expiry (readers are not blocked by

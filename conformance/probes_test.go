@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"regexp"
@@ -21,30 +20,17 @@ import (
 // stageq_worker_ready gauge follows /readyz.
 func TestWorkerProbes(t *testing.T) {
 	forEachDialectBut(t, "sqlserver", "the blocking transaction below is written for PostgreSQL and SQLite", func(t *testing.T, db *testDB) {
-		ctx := context.Background()
 		w := spawnWorker(t, db, "--id", "probed", "--concurrency", "2", "--lease", "1500ms", "--heartbeat", "300ms",
 			"--poll-max", "50ms", "--shutdown-grace", "30s", "--no-scheduler", "--metrics-addr", "127.0.0.1:0")
 		base := probeBase(t, w)
 		waitProbe(t, base+"/readyz", http.StatusOK, "ready")
 		waitProbe(t, base+"/metrics", http.StatusOK, "stageq_worker_ready 1")
 
-		// Heartbeats blocked: SQLite's write lock, or the worker rows on
-		// PostgreSQL (the heartbeat updates its own).
-		tx, err := db.D.DB().BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if db.Dialect == "postgres" {
-			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM stageq.workers FOR UPDATE`); err != nil {
-				t.Fatal(err)
-			}
-		} else if _, err := tx.ExecContext(ctx, `UPDATE stageq_limits SET max_running = max_running WHERE 0`); err != nil {
-			t.Fatal(err)
-		}
+		release := blockHeartbeats(t, db) // failfast_test.go
 		waitProbe(t, base+"/readyz", http.StatusServiceUnavailable, "heartbeats do not reach the queue database")
 		waitProbe(t, base+"/metrics", http.StatusOK, "stageq_worker_ready 0")
 		waitProbe(t, base+"/healthz", http.StatusOK, "ok")
-		tx.Rollback()
+		release()
 		waitProbe(t, base+"/readyz", http.StatusOK, "ready")
 
 		// Stopping: SIGTERM while a body runs; the worker drains it.

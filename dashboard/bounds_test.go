@@ -104,16 +104,11 @@ func TestProcessPageShowsTheLatestAttempts(t *testing.T) {
 		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
 		get := func(path string) string {
 			t.Helper()
-			resp, err := http.Get(base + path)
-			if err != nil {
-				t.Fatal(err)
+			code, body := fetch(t, http.MethodGet, base+path)
+			if code != http.StatusOK {
+				t.Fatalf("GET %s: %d", path, code)
 			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s: %s", path, resp.Status)
-			}
-			return string(b)
+			return body
 		}
 		trail, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: "long"})
 		if err != nil || len(trail) != len(res.TaskIDs) {

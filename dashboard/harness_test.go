@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -159,4 +160,21 @@ func serveExit(t *testing.T, dsn string, args ...string) int {
 	defer cancel()
 	var out strings.Builder
 	return cli.Execute(ctx, cli.NewQueuectlCommand(), append([]string{"--dsn", dsn, "serve"}, args...), &out, io.Discard)
+}
+
+// fetch sends a request without credentials and returns its status and body,
+// failing the test when no answer comes.
+func fetch(t *testing.T, method, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

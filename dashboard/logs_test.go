@@ -81,13 +81,8 @@ func TestLogsPaging(t *testing.T) {
 		// A filter no list knows is refused, as queuectl refuses it, not shown
 		// as an empty list.
 		for _, path := range []string{"/logs?outcome=bogus", "/tasks?state=bogus"} {
-			resp, err := http.Get(base + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadRequest {
-				t.Errorf("%s: %s, want 400", path, resp.Status)
+			if code, _ := fetch(t, http.MethodGet, base+path); code != http.StatusBadRequest {
+				t.Errorf("%s: %d, want 400", path, code)
 			}
 		}
 		if seen, pages := pageLogs(t, base, "?process=bulk&since=all"); !slices.Equal(seen, logIDs(want)) || pages != 5 {

@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -22,29 +21,15 @@ func TestReadinessFollowsTheDatabase(t *testing.T) {
 	dsn := queuetest.Migrated(t, pgtest.NewDatabase(t, "stageq_dash"))
 	t.Setenv("STAGEQ_DASHBOARD_TOKEN", "s3cret-token")
 	base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { t.Helper(); return fetch(t, http.MethodGet, base+path) }
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/": 401, "/metrics": 401} {
 		if code, body := get(path); code != want {
 			t.Errorf("GET %s without credentials: %d %q, want %d", path, code, body, want)
 		}
 	}
 	for _, path := range []string{"/healthz", "/readyz"} { // a load balancer's check may be a HEAD
-		resp, err := http.Head(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("HEAD %s without credentials: %s, want 200", path, resp.Status)
+		if code, _ := fetch(t, http.MethodHead, base+path); code != http.StatusOK {
+			t.Errorf("HEAD %s without credentials: %d, want 200", path, code)
 		}
 	}
 
