@@ -60,6 +60,34 @@ func contractProcessList(t *testing.T, db *testDB) {
 	if all, err := op.ProcessList(ctx, dialect.ProcessFilter{}); err != nil || len(all) != 3 {
 		t.Fatalf("ProcessList without a limit: %d processes, %v; want 3", len(all), err)
 	}
+	if db.Babelfish {
+		return // no claim there (harness_test.go)
+	}
+	// Done counts the tasks that succeeded, once each, from Logs: one
+	// succeeded here, one failed; the claim also opened attempts of the
+	// other processes' tasks.
+	var mine []dialect.ClaimedTask
+	for _, c := range claimAs(t, db, "w", 7, 10, nil) {
+		if c.Process == "c-list-b" {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) != 2 {
+		t.Fatalf("claimed %d of c-list-b's first stage, want 2", len(mine))
+	}
+	for i, outcome := range []dialect.Outcome{dialect.OutcomeSucceeded, dialect.OutcomeFailed} {
+		if err := db.D.TaskFinish(ctx, nil, dialect.FinishParams{TaskID: mine[i].ID, Token: 7, ProcessID: mine[i].ProcessID,
+			Outcome: outcome, Error: "boom"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: "c-list-b"})
+	if err != nil || len(ps) != 1 || len(ps[0].Stages) != 2 {
+		t.Fatalf("ProcessList c-list-b: %+v, %v", ps, err)
+	}
+	if st := ps[0].Stages[0]; st.Done != 1 || st.Failed != 1 || st.Running != 0 || st.Pending != 0 {
+		t.Errorf("c-list-b's first stage: %+v; want 1 done, 1 failed", st)
+	}
 }
 
 // LogList: rows by start, then id (a bulk cancel starts them all at one

@@ -90,8 +90,10 @@ SELECT t.process_id, t.execution_order,
        sum(t.state IN ('blocked', 'scheduled', 'available')), sum(t.state = 'running'), sum(t.state = 'failed')
   FROM stageq_tasks t JOIN (` + processPage + `) p ON p.id = t.process_id
  GROUP BY t.process_id, t.execution_order`
+	// One succeeded row per task at most (postgres/operate.go says why):
+	// rows are counted, not distinct tasks.
 	opStageDoneSQL = `
-SELECT l.process_id, l.execution_order, count(DISTINCT l.task_id)
+SELECT l.process_id, l.execution_order, count(*)
   FROM stageq_logs l JOIN (` + processPage + `) p ON p.id = l.process_id
  WHERE l.outcome = 'succeeded'
  GROUP BY l.process_id, l.execution_order`

@@ -315,14 +315,16 @@ SELECT t.process_id, t.execution_order,
  GROUP BY t.process_id, t.execution_order
 OPTION (RECOMPILE);`
 
-// stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks). In:
-// as processListSQL. Out: process id, order, done.
+// stageDoneSQL counts the tasks that succeeded, from Logs (they left Tasks):
+// one succeeded row per task at most (postgres/operate.go says why), so rows
+// are counted, not distinct tasks. In: as processListSQL. Out: process id,
+// order, done.
 const stageDoneSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName,
         @All bit = @pAll,
         @Limit int = @pLimit;
-SELECT l.process_id, l.execution_order, COUNT(DISTINCT l.task_id)
+SELECT l.process_id, l.execution_order, COUNT(*)
   FROM stageq.Logs AS l
   JOIN (` + processPage + `) AS p ON p.id = l.process_id
  WHERE l.outcome = 'succeeded'
