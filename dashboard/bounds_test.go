@@ -76,31 +76,38 @@ func TestProcessesPageIsBounded(t *testing.T) {
 }
 
 // TestProcessPageShowsTheLatestAttempts: a process whose window holds more
-// attempts than the timeline reads (2,000) and draws (400) shows the latest
-// ones, a long process's live end, and says so; one with more waiting tasks
-// than the page lists says that too.
+// attempts than the timeline draws (400) shows the latest ones, a long
+// process's live end, and says so; one with more tasks in the queue than the
+// page lists (500) says that too, as the tasks page does. At exactly the
+// bound nothing is left out, and neither says so.
 func TestProcessPageShowsTheLatestAttempts(t *testing.T) {
 	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
 		one := 1
 		later := time.Now().Add(time.Hour)
-		waiting := func(n int) []stages.Task {
+		submit := func(process string, n int) {
 			ts := make([]stages.Task, n)
 			for i := range ts {
 				ts[i] = stages.Task{Body: "SELECT 1", RunAt: later}
 			}
-			return ts
+			if _, err := c.Submit(ctx, stages.Plan{Process: process, Stages: []stages.Stage{{Order: &one, Tasks: ts}}}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		res, err := c.Submit(ctx, stages.Plan{Process: "long", Stages: []stages.Stage{{Order: &one, Tasks: waiting(2001)}}})
-		if err != nil {
-			t.Fatal(err)
+		cancelled := func(process string, n int) []dialect.LogEntry { // n Logs rows, one per task
+			submit(process, n)
+			if _, _, err := c.Dialect().(dialect.Operator).ProcessCancel(ctx, process); err != nil {
+				t.Fatal(err)
+			}
+			trail, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: process})
+			if err != nil || len(trail) != n {
+				t.Fatalf("Logs of %s: %d rows, %v; want %d", process, len(trail), err, n)
+			}
+			return trail // by Logs' order, (started_at, id)
 		}
-		if _, _, err := c.Dialect().(dialect.Operator).ProcessCancel(ctx, "long"); err != nil {
-			t.Fatal(err) // 2,001 Logs rows, one per task
-		}
-		if _, err := c.Submit(ctx, stages.Plan{Process: "wide", Stages: []stages.Stage{{Order: &one, Tasks: waiting(501)}}}); err != nil {
-			t.Fatal(err)
-		}
+		long, exact := cancelled("long", 401), cancelled("exact", 400)
+		submit("wide", 501)
+		submit("full", 500)
 		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
 		get := func(path string) string {
 			t.Helper()
@@ -110,23 +117,22 @@ func TestProcessPageShowsTheLatestAttempts(t *testing.T) {
 			}
 			return body
 		}
-		trail, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: "long"})
-		if err != nil || len(trail) != len(res.TaskIDs) {
-			t.Fatalf("Logs of the cancel: %d rows, %v; want %d", len(trail), err, len(res.TaskIDs))
+		drawn := func(page string, e dialect.LogEntry) bool {
+			return strings.Contains(page, fmt.Sprintf(`data-task="%d"`, e.TaskID))
 		}
 		page := get("/process/long")
-		first, last := trail[0].TaskID, trail[len(trail)-1].TaskID // by Logs' order, (started_at, id)
-		drawn := func(task int64) bool { return strings.Contains(page, fmt.Sprintf(`data-task="%d"`, task)) }
-		if !strings.Contains(page, `id="logs-capped"`) || !strings.Contains(page, `id="rows-truncated"`) || !drawn(last) || drawn(first) ||
-			drawn(trail[len(trail)-401].TaskID) || !drawn(trail[len(trail)-400].TaskID) {
-			t.Errorf("the timeline of 2,001 attempts: want the latest 400 of the latest 2,000 drawn and both notes; notes %v %v, drawn: last %v, first %v",
-				strings.Contains(page, `id="logs-capped"`), strings.Contains(page, `id="rows-truncated"`), drawn(last), drawn(first))
+		if !strings.Contains(page, `id="rows-truncated"`) || !drawn(page, long[1]) || !drawn(page, long[400]) || drawn(page, long[0]) {
+			t.Errorf("the timeline of 401 attempts: want the latest 400 drawn and the note; note %v, drawn: oldest %v, 2nd %v, newest %v",
+				strings.Contains(page, `id="rows-truncated"`), drawn(page, long[0]), drawn(page, long[1]), drawn(page, long[400]))
 		}
-		if page := get("/process/wide"); !strings.Contains(page, `id="tasks-capped"`) {
-			t.Error("the page of a process of 501 waiting tasks does not say it lists the first 500")
+		if page := get("/process/exact"); strings.Contains(page, `id="rows-truncated"`) || !drawn(page, exact[0]) {
+			t.Error("the timeline of 400 attempts leaves one out, or says so")
 		}
-		if strings.Contains(get("/process/long"), `id="tasks-capped"`) {
-			t.Error("a process without waiting tasks says its task list is capped")
+		for path, capped := range map[string]bool{"/process/wide": true, "/process/full": false,
+			"/tasks?process=wide": true, "/tasks?process=full": false, "/process/long": false} {
+			if got := strings.Contains(get(path), `id="tasks-capped"`); got != capped {
+				t.Errorf("%s says its task list is capped: %v, want %v", path, got, capped)
+			}
 		}
 	})
 }

@@ -15,11 +15,10 @@ import (
 
 // Page sizes: every list the dashboard reads is bounded.
 const (
-	taskPageMax     = 500
-	processPageMax  = 500 // processes on the list, by name, stage counts included
-	explainInline   = 10  // tasks on a list whose reasons are shown inline (8 short reads each, every refresh)
-	logPageSize     = 100
-	timelineAttempt = 2000
+	taskPageMax    = 500
+	processPageMax = 500 // processes on the list, by name, stage counts included
+	explainInline  = 10  // tasks on a list whose reasons are shown inline (8 short reads each, every refresh)
+	logPageSize    = 100
 )
 
 func (s *Server) processes(r *http.Request) (string, any, error) {
@@ -46,8 +45,9 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	window := r.URL.Query().Get("window")
-	// The latest attempts: a long process's live end, not its start.
-	f := dialect.LogFilter{Process: name, Limit: timelineAttempt, Newest: true}
+	// The latest attempts: a long process's live end, not its start. One
+	// more than the timeline draws tells it that earlier ones exist.
+	f := dialect.LogFilter{Process: name, Limit: tlMaxRows + 1, Newest: true}
 	switch window {
 	case "all":
 	case "1h", "168h":
@@ -65,7 +65,7 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	tasks, err := s.d.TaskList(ctx, dialect.TaskFilter{Process: name, Limit: taskPageMax})
+	tasks, tasksCapped, err := s.taskPage(ctx, dialect.TaskFilter{Process: name})
 	if err != nil {
 		return "", nil, err
 	}
@@ -75,8 +75,7 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 	}
 	tl := BuildTimeline(entries, now)
 	return "Process " + name, map[string]any{"P": ps[0], "Timeline": tl, "Tasks": rows, "Window": window,
-		"Windows": timelineWindows, "LogsCapped": len(entries) == timelineAttempt, "LogsMax": timelineAttempt,
-		"TasksCapped": len(tasks) == taskPageMax, "TasksMax": taskPageMax}, nil
+		"Windows": timelineWindows, "TasksCapped": tasksCapped, "TasksMax": taskPageMax}, nil
 }
 
 // taskRow is a task with the reasons it waits (for the first explainInline).
@@ -105,11 +104,11 @@ func (s *Server) explainTasks(ctx context.Context, tasks []dialect.TaskInfo) ([]
 
 func (s *Server) tasks(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
-	f := dialect.TaskFilter{Process: q.Get("process"), State: q.Get("state"), Limit: taskPageMax}
+	f := dialect.TaskFilter{Process: q.Get("process"), State: q.Get("state")}
 	if f.State != "" && !slices.Contains(dialect.TaskStates, f.State) {
 		return "", nil, fmt.Errorf("%w: state %q: use one of %s", errBadInput, f.State, strings.Join(dialect.TaskStates, ", "))
 	}
-	tasks, err := s.d.TaskList(r.Context(), f)
+	tasks, capped, err := s.taskPage(r.Context(), f)
 	if err != nil {
 		return "", nil, err
 	}
@@ -117,8 +116,18 @@ func (s *Server) tasks(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return "Tasks", map[string]any{"Tasks": rows, "Filter": f, "States": dialect.TaskStates, "Capped": len(tasks) == taskPageMax,
-		"Inline": explainInline}, nil
+	return "Tasks", map[string]any{"Tasks": rows, "Filter": f, "States": dialect.TaskStates, "Capped": capped,
+		"Max": taskPageMax, "Inline": explainInline}, nil
+}
+
+// taskPage reads the first taskPageMax tasks of f, and whether there are more.
+func (s *Server) taskPage(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, bool, error) {
+	f.Limit = taskPageMax + 1
+	tasks, err := s.d.TaskList(ctx, f)
+	if err != nil || len(tasks) <= taskPageMax {
+		return tasks, false, err
+	}
+	return tasks[:taskPageMax], true, nil
 }
 
 func (s *Server) task(r *http.Request) (string, any, error) {

@@ -3,11 +3,16 @@ package dashboard_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/stageq/stageq/dashboard"
 	"github.com/stageq/stageq/internal/pgtest"
 	"github.com/stageq/stageq/internal/queuetest"
 )
@@ -55,5 +60,25 @@ func TestReadinessFollowsTheDatabase(t *testing.T) {
 	}
 	if code, body := get("/healthz"); code != 200 {
 		t.Errorf("/healthz with the database gone: %d %q, want 200", code, body)
+	}
+}
+
+// TestReadinessIgnoresACallerThatHangsUp: a probe whose caller went away
+// (its request's context ended) does not leave a failure for the probes of
+// the next second, which anyone could otherwise cause without credentials.
+func TestReadinessIgnoresACallerThatHangsUp(t *testing.T) {
+	dsn := queuetest.Migrated(t, "sqlite://"+filepath.Join(t.TempDir(), "q.db"))
+	srv, err := dashboard.New(queuetest.Client(t, dsn), dashboard.Config{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/readyz", nil).WithContext(gone)
+	srv.ServeHTTP(httptest.NewRecorder(), req)
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/readyz", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("the probe after one whose caller hung up: %d %q, want 200", rec.Code, rec.Body.String())
 	}
 }

@@ -185,7 +185,9 @@ func (rd *readiness) check(ctx context.Context, s *Server) error {
 	if !rd.at.IsZero() && time.Since(rd.at) < time.Second {
 		return rd.err
 	}
-	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.RequestTimeout, 5*time.Second))
+	// Not the caller's context: a probe that hangs up must not leave
+	// "canceled" as the answer for the next second's probes.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.cfg.RequestTimeout, 5*time.Second))
 	defer cancel()
 	var one int
 	rd.err = s.d.DB().QueryRowContext(ctx, "SELECT 1").Scan(&one)

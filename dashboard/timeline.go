@@ -28,8 +28,8 @@ type Timeline struct {
 	Ticks         []Tick
 	Stages        []StageBand
 	Rows          []AttemptRow
-	Truncated     int // earlier attempts not drawn
-	Drawn         int // attempts drawn
+	Truncated     bool // earlier attempts were left out
+	Drawn         int  // attempts drawn
 	Empty         bool
 }
 
@@ -85,7 +85,7 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 			}
 			return es[i].ID > es[j].ID
 		})
-		tl.Truncated = len(es) - tlMaxRows
+		tl.Truncated = true
 		es = es[:tlMaxRows]
 	}
 	tl.Drawn = len(es)
@@ -149,7 +149,7 @@ func BuildTimeline(entries []dialect.LogEntry, now time.Time) Timeline {
 				last = end(e)
 			}
 			r := AttemptRow{Y: y, X: x(e.StartedAt), Outcome: string(e.Outcome), TaskID: e.TaskID, Attempt: e.Attempt,
-				Retry: seen[e.TaskID], Abandon: e.Outcome == dialect.OutcomeAbandoned, Running: e.EndedAt == nil}
+				Retry: seen[e.TaskID] || e.Attempt > 1, Abandon: e.Outcome == dialect.OutcomeAbandoned, Running: e.EndedAt == nil}
 			r.EndX = x(end(e))
 			r.W = max(r.EndX-r.X, 2)
 			r.TextX = r.X + r.W + 4

@@ -285,8 +285,12 @@ type SubmitResult struct {
 type ClaimParams struct {
 	WorkerID string
 	Max      int
-	Token    int64 // the lease token (fence) of every task of this claim
-	Lease    time.Duration
+	// Token is the lease token (fence) of every task of this claim. It must
+	// be new for each claim (a worker draws it at random): an end is fenced
+	// by it, and Logs keeps one attempt's row per (task, token), so a token
+	// used again could end another claim's attempt or a second one's row.
+	Token int64
+	Lease time.Duration
 	// Kinds are the task kinds the worker can run: the claim leases no other.
 	// Nil leases every kind (tools and benchmarks); a worker always sets it.
 	Kinds []string

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -172,8 +173,8 @@ func (s *ScheduleInfo) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = ScheduleInfo(in.plain)
-	s.Interval = time.Duration(in.IntervalSeconds * float64(time.Second))
-	s.Grace = time.Duration(in.GraceSeconds * float64(time.Second))
+	s.Interval = time.Duration(math.Round(in.IntervalSeconds * float64(time.Second)))
+	s.Grace = time.Duration(math.Round(in.GraceSeconds * float64(time.Second)))
 	var text string
 	if err := json.Unmarshal(in.Plan, &text); err == nil {
 		s.Plan = text // a plan written as a string of JSON
