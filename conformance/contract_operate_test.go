@@ -92,7 +92,8 @@ func contractProcessList(t *testing.T, db *testDB) {
 
 // LogList: rows by start, then id (a bulk cancel starts them all at one
 // instant); a limit takes the first rows, or with Newest the last ones, still
-// oldest first; AfterID pages past a row among those that started at Since.
+// oldest first; AfterID pages past a row among those that started at Since;
+// a process by name or by id selects the same rows.
 func contractLogList(t *testing.T, db *testDB) {
 	ctx := context.Background()
 	op := limOperator(t, db)
@@ -101,11 +102,19 @@ func contractLogList(t *testing.T, db *testDB) {
 	for range 5 {
 		p.Tasks = append(p.Tasks, dialect.NewTask{Order: 1, Kind: "work", Body: "x", MaxAttempts: 1, RunAt: &later})
 	}
-	if _, err := db.D.Submit(ctx, nil, p); err != nil {
+	res, err := db.D.Submit(ctx, nil, p)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if removed, _, err := op.ProcessCancel(ctx, "c-logs"); err != nil || removed != 5 {
 		t.Fatalf("ProcessCancel: %d removed, %v; want 5", removed, err)
+	}
+	p.Process = "c-logs-other" // rows that no filter below may return
+	if _, err := db.D.Submit(ctx, nil, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := op.ProcessCancel(ctx, "c-logs-other"); err != nil {
+		t.Fatal(err)
 	}
 	all, err := db.D.LogList(ctx, dialect.LogFilter{Process: "c-logs"})
 	if err != nil || len(all) != 5 {
@@ -126,10 +135,17 @@ func contractLogList(t *testing.T, db *testDB) {
 		{"after the second", dialect.LogFilter{Since: all[1].StartedAt, AfterID: ids[1], Limit: 2}, ids[2:4]},
 		{"after the second, newest", dialect.LogFilter{Since: all[1].StartedAt, AfterID: ids[1], Limit: 2, Newest: true}, ids[3:]},
 	} {
-		c.f.Process = "c-logs"
-		got, err := db.D.LogList(ctx, c.f)
-		if err != nil || !slices.Equal(logIDs(got), c.want) {
-			t.Errorf("LogList, %s: ids %v, %v; want %v", c.what, logIDs(got), err, c.want)
+		for _, by := range []string{"name", "id"} { // the same rows by the process's name or id
+			f := c.f
+			if by == "name" {
+				f.Process = "c-logs"
+			} else {
+				f.ProcessID = res.ProcessID
+			}
+			got, err := db.D.LogList(ctx, f)
+			if err != nil || !slices.Equal(logIDs(got), c.want) {
+				t.Errorf("LogList, %s, process by %s: ids %v, %v; want %v", c.what, by, logIDs(got), err, c.want)
+			}
 		}
 	}
 }

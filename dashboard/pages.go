@@ -47,7 +47,7 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 	window := r.URL.Query().Get("window")
 	// The latest attempts: a long process's live end, not its start. One
 	// more than the timeline draws tells it that earlier ones exist.
-	f := dialect.LogFilter{Process: name, Limit: tlMaxRows + 1, Newest: true}
+	f := dialect.LogFilter{ProcessID: ps[0].ID, Limit: tlMaxRows + 1, Newest: true}
 	switch window {
 	case "all":
 	case "1h", "168h":

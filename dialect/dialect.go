@@ -368,12 +368,16 @@ func KindsJSON(kinds []string) any {
 
 // LogFilter selects Logs rows; zero fields do not filter.
 type LogFilter struct {
-	Process  string
-	TaskID   int64
-	WorkerID string
-	Outcome  Outcome
-	Since    time.Time
-	Limit    int
+	Process string
+	// ProcessID is one process by id: a seek on Logs' process index, where
+	// Process, by name, reads past every other process's rows (Logs keeps the
+	// names of processes long gone, and indexes none).
+	ProcessID int64
+	TaskID    int64
+	WorkerID  string
+	Outcome   Outcome
+	Since     time.Time
+	Limit     int
 	// AfterID pages the list: of the rows that started at Since exactly, only
 	// those whose id is greater (the list is ordered by start time, then id).
 	AfterID int64

@@ -2,7 +2,9 @@ package postgres
 
 // logListSQL reads Logs oldest first, logListNewestSQL the newest rows of the
 // filter (sqlbase turns them oldest first). Empty filters match everything;
-// the text is fixed whatever the filter, so it is prepared once.
+// the text is fixed whatever the filter, so it is prepared once. A process
+// by id ($8) seeks logs_process; by name ($1) it reads through Logs, which
+// has no index on names (logs_by_process_plan_test.go).
 const (
 	logListSQL       = logListFrom + ` ORDER BY started_at, id LIMIT $6`
 	logListNewestSQL = logListFrom + ` ORDER BY started_at DESC, id DESC LIMIT $6`
@@ -16,7 +18,8 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
    AND ($2 = 0 OR task_id = $2)
    AND ($3 = '' OR worker_id = $3)
    AND ($4 = '' OR outcome = $4)
-   AND started_at >= $5 AND (started_at > $5 OR id > $7)`
+   AND started_at >= $5 AND (started_at > $5 OR id > $7)
+   AND ($8 = 0 OR process_id = $8)`
 
 // taskListSQL reads tasks by process (tasksOf).
 var taskListSQL = `

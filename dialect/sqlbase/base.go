@@ -180,8 +180,8 @@ type Statements struct {
 	// tasks, the database's now.
 	WorkerList string
 	// LogList reads Logs oldest first. In: process, task id, worker, outcome
-	// (each "" or 0 for all), since, limit, and the id to page after among
-	// the rows started at since exactly (0: none).
+	// (each "" or 0 for all), since, limit, the id to page after among the
+	// rows started at since exactly (0: none), and process id (0 for all).
 	LogList string
 	// LogListNewest is LogList's newest rows first (LogFilter.Newest); its
 	// parameters are LogList's.

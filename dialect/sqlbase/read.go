@@ -30,7 +30,7 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 		stmt = b.SQL.LogListNewest
 	}
 	out, err := list(ctx, b, "logs", stmt, dialect.ScanLogEntry,
-		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit), f.AfterID)
+		f.Process, f.TaskID, f.WorkerID, string(f.Outcome), b.Time(since), rowLimit(f.Limit), f.AfterID, f.ProcessID)
 	if f.Newest {
 		slices.Reverse(out)
 	}

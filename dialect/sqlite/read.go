@@ -8,7 +8,7 @@ import (
 // logListSQL reads Logs oldest first, logListNewestSQL the newest rows of the
 // filter (sqlbase turns them oldest first); empty filters match everything.
 // In: process, task, worker, outcome, since, limit, the id to page after among
-// rows started at since exactly (0: none).
+// rows started at since exactly (0: none), process id (0: any).
 const (
 	logListSQL       = logListFrom + ` ORDER BY started_at, id LIMIT ?6`
 	logListNewestSQL = logListFrom + ` ORDER BY started_at DESC, id DESC LIMIT ?6`
@@ -22,7 +22,8 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
    AND (?2 = 0 OR task_id = ?2)
    AND (?3 = '' OR worker_id = ?3)
    AND (?4 = '' OR outcome = ?4)
-   AND started_at >= ?5 AND (started_at > ?5 OR id > ?7)`
+   AND started_at >= ?5 AND (started_at > ?5 OR id > ?7)
+   AND (?8 = 0 OR process_id = ?8)`
 
 func parseNullTime(s sql.NullString) (*time.Time, error) {
 	if !s.Valid {

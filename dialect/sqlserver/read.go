@@ -25,7 +25,8 @@ DECLARE @Process nvarchar(400) = @pProcess,
         @Outcome varchar(20) = @pOutcome,
         @Since datetime2(7) = @pSince,
         @Limit int = @pLimit,
-        @AfterId bigint = @pAfterId;
+        @AfterId bigint = @pAfterId,
+        @ProcessId bigint = @pProcessId;
 SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_order, l.kind, l.body,
        l.worker_id, l.attempt, l.started_at, l.ended_at, l.outcome, COALESCE(l.error, N''), l.retry_at,
        COALESCE(l.schedule_name, N'')
@@ -34,7 +35,8 @@ SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_o
    AND (@TaskId = 0 OR l.task_id = @TaskId)
    AND (@WorkerId = N'' OR l.worker_id = @WorkerId)
    AND (@Outcome = '' OR l.outcome = @Outcome)
-   AND l.started_at >= @Since AND (l.started_at > @Since OR l.id > @AfterId)`
+   AND l.started_at >= @Since AND (l.started_at > @Since OR l.id > @AfterId)
+   AND (@ProcessId = 0 OR l.process_id = @ProcessId)`
 
 // taskListSQL reads the tasks still queued. In: process name, state (empty for
 // all), row limit. Out: tasks by process, order and id.
