@@ -25,6 +25,7 @@ func TestDownTo12NeedsVersion12Logic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer m.Close()
 		// Down to 13 first, through the later versions' down files.
 		if err := m.Migrate(13); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 			t.Fatalf("down to 13: %v", err)

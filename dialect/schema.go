@@ -18,7 +18,10 @@ type Schema struct {
 	// Files holds the migrations, 000001_core.up.sql and on.
 	Files fs.FS
 	// Driver prepares db for golang-migrate (creates the namespace its version
-	// table lives in) and opens golang-migrate's driver on it.
+	// table lives in) and opens golang-migrate's driver on a connection pool
+	// of its own to the same database, which the driver's Close closes:
+	// golang-migrate's drivers close the pool they are given, and pgx's keeps
+	// one of its connections for as long as it is open.
 	Driver func(ctx context.Context, db *sql.DB) (database.Driver, error)
 	// Version reads the version the database's schema is at, and whether a
 	// migration failed half way; 0 when stageq's schema was never applied.

@@ -86,7 +86,9 @@ func Expected(s dialect.Schema) (uint, error) {
 }
 
 // Migrator opens golang-migrate on the dialect's embedded migrations, for a
-// step this package does not take itself (down to a version, in tests).
+// step this package does not take itself (in tests). It runs on a connection
+// pool of its own (dialect.Schema.Driver): the caller closes it with Close,
+// which leaves t's pool alone.
 func Migrator(ctx context.Context, t Target) (*migrate.Migrate, error) {
 	s, err := schemaOf(t)
 	if err != nil {
@@ -98,10 +100,12 @@ func Migrator(ctx context.Context, t Target) (*migrate.Migrate, error) {
 	}
 	source, err := iofs.New(s.Files, ".")
 	if err != nil {
+		drv.Close()
 		return nil, fmt.Errorf("migrations: read embedded files: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", source, t.Name(), drv)
 	if err != nil {
+		drv.Close()
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	return m, nil
@@ -160,6 +164,7 @@ func upTables(ctx context.Context, t Target) (uint, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer m.Close()
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		if de := (migrate.ErrDirty{}); errors.As(err, &de) {
 			return uint(de.Version), fmt.Errorf("migrate up: version %d is dirty: a migration failed half way; %s", de.Version, dirtyAdvice(t, uint(de.Version)))

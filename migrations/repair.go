@@ -42,8 +42,7 @@ func Force(ctx context.Context, t Target, version uint) error {
 	if err != nil {
 		return err
 	}
-	// Not m.Close(): golang-migrate's drivers close the *sql.DB they were
-	// given, which belongs to the caller.
+	defer m.Close()
 	to := int(version)
 	if version == 0 {
 		to = database.NilVersion
@@ -83,6 +82,7 @@ func Down(ctx context.Context, t Target, version uint) (uint, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer m.Close()
 	if err := m.Migrate(version); err != nil {
 		now, nowDirty, _ := m.Version()
 		if nowDirty {

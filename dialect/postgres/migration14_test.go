@@ -24,6 +24,7 @@ func TestMigration14BesideAVersion13Worker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer m.Close()
 	if err := m.Migrate(13); err != nil {
 		t.Fatalf("down to 13: %v", err)
 	}

@@ -51,6 +51,8 @@ type Postgres struct {
 	calls *dialect.RoutineCalls
 	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
+	// cfg is the parsed DSN, for golang-migrate's pool of its own (schema.go).
+	cfg *pgx.ConnConfig
 }
 
 // Open connects to the DSN (postgres://user@host:port/db?sslmode=disable) and
@@ -71,7 +73,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
 	p := &Postgres{db: db, bodies: openPool(cfg, sessionSetupSQL+";\n"+watchClientSQL, bodyPingIdle), dsn: dsn,
-		calls: newCalls(Routines()), migrations: schema.Files}
+		calls: newCalls(Routines()), migrations: schema.Files, cfg: cfg}
 	p.Base = p.base()
 	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -19,7 +20,7 @@ const migrationsTable = `"stageq"."schema_migrations"`
 // Schema implements dialect.Dialect.
 func (p *Postgres) Schema() dialect.Schema {
 	r := p.calls.Routines()
-	return dialect.Schema{Files: p.migrations, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
+	return dialect.Schema{Files: p.migrations, Driver: p.migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
 }
 
 func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
@@ -33,13 +34,20 @@ func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
 	return dialect.ReadFloor(db.QueryRowContext(ctx, `SELECT oldest_binary FROM stageq.schema_floor`))
 }
 
-func migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {
+// migrationDriver implements dialect.Schema.Driver.
+func (p *Postgres) migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {
 	if _, err := db.ExecContext(ctx, `CREATE SCHEMA IF NOT EXISTS stageq`); err != nil {
 		return nil, fmt.Errorf("create schema stageq: %w", err)
 	}
-	return pgxmigrate.WithInstance(db, &pgxmigrate.Config{
+	own := stdlib.OpenDB(*p.cfg)
+	drv, err := pgxmigrate.WithInstance(own, &pgxmigrate.Config{
 		MigrationsTable: migrationsTable, MigrationsTableQuoted: true,
 	})
+	if err != nil {
+		own.Close()
+		return nil, err
+	}
+	return drv, nil
 }
 
 func schemaVersion(ctx context.Context, db *sql.DB) (uint, bool, error) {

@@ -119,6 +119,7 @@ func TestMigration15(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer m.Close()
 	if err := m.Migrate(14); err != nil {
 		t.Fatalf("down to 14: %v", err)
 	}

@@ -17,7 +17,7 @@ const migrationsTable = "stageq_schema_migrations"
 
 // Schema implements dialect.Dialect.
 func (s *SQLite) Schema() dialect.Schema {
-	return dialect.Schema{Files: s.migrations, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor}
+	return dialect.Schema{Files: s.migrations, Driver: s.migrationDriver, Version: schemaVersion, Floor: schemaFloor}
 }
 
 func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
@@ -31,8 +31,18 @@ func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
 	return dialect.ReadFloor(db.QueryRowContext(ctx, `SELECT oldest_binary FROM stageq_schema_floor`))
 }
 
-func migrationDriver(_ context.Context, db *sql.DB) (database.Driver, error) {
-	return sqlitemigrate.WithInstance(db, &sqlitemigrate.Config{MigrationsTable: migrationsTable})
+// migrationDriver implements dialect.Schema.Driver.
+func (s *SQLite) migrationDriver(context.Context, *sql.DB) (database.Driver, error) {
+	own, err := sql.Open("sqlite", s.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", s.path, err)
+	}
+	drv, err := sqlitemigrate.WithInstance(own, &sqlitemigrate.Config{MigrationsTable: migrationsTable})
+	if err != nil {
+		own.Close()
+		return nil, err
+	}
+	return drv, nil
 }
 
 func schemaVersion(ctx context.Context, db *sql.DB) (uint, bool, error) {

@@ -44,6 +44,9 @@ type SQLite struct {
 	path   string
 	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
+	// dsn is what the pools were opened with, for golang-migrate's pool of
+	// its own (schema.go).
+	dsn string
 
 	// stmts maps the text of each queue statement to its statement prepared
 	// once on db (stmt.go): modernc.org/sqlite otherwise parses and plans the
@@ -128,7 +131,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		queue.Close()
 		return nil, err
 	}
-	s := &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files}
+	s := &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files, dsn: dsnFile}
 	s.Base = s.base()
 	return s, nil
 }

@@ -37,7 +37,7 @@ COMMIT TRANSACTION;`
 // Schema implements dialect.Dialect.
 func (d *SQLServer) Schema() dialect.Schema {
 	r := d.calls.Routines()
-	return dialect.Schema{Files: d.migrations, Driver: migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
+	return dialect.Schema{Files: d.migrations, Driver: d.migrationDriver, Version: schemaVersion, Floor: schemaFloor, Routines: &r}
 }
 
 // schemaFloorTableSQL finds the floor table (version 13 on); schemaFloorSQL
@@ -58,13 +58,20 @@ func schemaFloor(ctx context.Context, db *sql.DB) (uint, error) {
 	return dialect.ReadFloor(db.QueryRowContext(ctx, schemaFloorSQL))
 }
 
-func migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {
+// migrationDriver implements dialect.Schema.Driver.
+func (d *SQLServer) migrationDriver(ctx context.Context, db *sql.DB) (database.Driver, error) {
 	if _, err := db.ExecContext(ctx, createSchemaSQL); err != nil {
 		return nil, fmt.Errorf("create schema stageq: %w", err)
 	}
-	return sqlservermigrate.WithInstance(db, &sqlservermigrate.Config{
+	own := sql.OpenDB(d.connector)
+	drv, err := sqlservermigrate.WithInstance(own, &sqlservermigrate.Config{
 		SchemaName: "stageq", MigrationsTable: migrationsTable,
 	})
+	if err != nil {
+		own.Close()
+		return nil, err
+	}
+	return drv, nil
 }
 
 // schemaTableSQL finds golang-migrate's version table; schemaVersionSQL reads

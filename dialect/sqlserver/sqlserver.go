@@ -18,6 +18,7 @@ package sqlserver
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,6 +50,9 @@ type SQLServer struct {
 	calls *dialect.RoutineCalls
 	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
+	// connector makes connections like the pools', for golang-migrate's
+	// pool of its own (schema.go).
+	connector driver.Connector
 	// Base runs the operator actions, reads and exclusive leases (base.go).
 	sqlbase.Base
 }
@@ -88,7 +92,8 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// Connects on first use: a worker without SQL bodies never opens one.
 	bodies := sql.OpenDB(newLoginBound(cfg, bound))
 	bodies.SetMaxIdleConns(16)
-	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files}
+	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files,
+		connector: newLoginBound(cfg, bound)}
 	d.Base = d.newBase()
 	// The transient login errors are retried, within one connect timeout in
 	// all: retrying each attempt to its own bound took 56 s against a server
