@@ -124,6 +124,12 @@ func contractLogList(t *testing.T, db *testDB) {
 	if !slices.IsSorted(ids) {
 		t.Fatalf("LogList of rows started at one instant: ids %v, want ascending", ids)
 	}
+	// Ids past 32 bits are ids like any other (no row has these).
+	for _, f := range []dialect.LogFilter{{ProcessID: 3_000_000_000}, {TaskID: 3_000_000_000}} {
+		if got, err := db.D.LogList(ctx, f); err != nil || len(got) != 0 {
+			t.Errorf("LogList %+v: %d rows, %v; want none", f, len(got), err)
+		}
+	}
 	for _, c := range []struct {
 		what string
 		f    dialect.LogFilter
@@ -135,11 +141,12 @@ func contractLogList(t *testing.T, db *testDB) {
 		{"after the second", dialect.LogFilter{Since: all[1].StartedAt, AfterID: ids[1], Limit: 2}, ids[2:4]},
 		{"after the second, newest", dialect.LogFilter{Since: all[1].StartedAt, AfterID: ids[1], Limit: 2, Newest: true}, ids[3:]},
 	} {
-		for _, by := range []string{"name", "id"} { // the same rows by the process's name or id
+		for _, by := range []string{"name", "id", "both"} { // the same rows by the process's name, id or both
 			f := c.f
-			if by == "name" {
+			if by != "id" {
 				f.Process = "c-logs"
-			} else {
+			}
+			if by != "name" {
 				f.ProcessID = res.ProcessID
 			}
 			got, err := db.D.LogList(ctx, f)

@@ -47,7 +47,9 @@ func (s *Server) process(r *http.Request) (string, any, error) {
 	window := r.URL.Query().Get("window")
 	// The latest attempts: a long process's live end, not its start. One
 	// more than the timeline draws tells it that earlier ones exist.
-	f := dialect.LogFilter{ProcessID: ps[0].ID, Limit: tlMaxRows + 1, Newest: true}
+	// By name and id: the process as it is now (not an earlier one of its
+	// name), found through whichever the dialect indexes.
+	f := dialect.LogFilter{Process: name, ProcessID: ps[0].ID, Limit: tlMaxRows + 1, Newest: true}
 	switch window {
 	case "all":
 	case "1h", "168h":

@@ -369,9 +369,10 @@ func KindsJSON(kinds []string) any {
 // LogFilter selects Logs rows; zero fields do not filter.
 type LogFilter struct {
 	Process string
-	// ProcessID is one process by id: a seek on Logs' process index, where
-	// Process, by name, reads past every other process's rows (Logs keeps the
-	// names of processes long gone, and indexes none).
+	// ProcessID is one process by id. Give it with Process, its name: Logs
+	// is indexed by process id on PostgreSQL and by name on SQL Server, and
+	// either condition alone reads past every other process's rows on the
+	// other one.
 	ProcessID int64
 	TaskID    int64
 	WorkerID  string

@@ -41,7 +41,7 @@ SELECT g, CASE WHEN g <= 3 THEN 7 ELSE 8 END, CASE WHEN g <= 3 THEN 'mine' ELSE 
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	const args = `('', 0, '', '', now() - interval '1 hour', 401, 0, 7)`
+	const args = `('mine', 0, '', '', now() - interval '1 hour', 401, 0, 7)` // as the page asks: name and id
 	for range 6 {
 		rows, err := conn.QueryContext(ctx, `EXECUTE timeline`+args)
 		if err != nil {

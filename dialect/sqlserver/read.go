@@ -9,9 +9,10 @@ package sqlserver
 
 // logListSQL reads Logs oldest first, logListNewestSQL the newest rows of the
 // filter (sqlbase turns them oldest first). In: process name, task id, worker
-// id, outcome (empty or 0: no filter), started at or after, row limit, and the
-// id to page after among rows started at that very time (0: none). Out: log
-// rows.
+// id, outcome (empty or 0: no filter), started at or after, row limit, the id
+// to page after among rows started at that very time (0: none), and process
+// id (0: any). A process by name seeks IX_Logs_Process (process_name,
+// started_at); Logs here has no index on process ids. Out: log rows.
 const (
 	logListSQL       = logListFrom + ` ORDER BY l.started_at, l.id OPTION (RECOMPILE);`
 	logListNewestSQL = logListFrom + ` ORDER BY l.started_at DESC, l.id DESC OPTION (RECOMPILE);`
