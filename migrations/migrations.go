@@ -167,10 +167,12 @@ func upTables(ctx context.Context, t Target) (uint, error) {
 	defer m.Close()
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		if de := (migrate.ErrDirty{}); errors.As(err, &de) {
-			return uint(de.Version), fmt.Errorf("migrate up: version %d is dirty: a migration failed half way; %s", de.Version, dirtyAdvice(t, uint(de.Version)))
+			return uint(de.Version), fmt.Errorf("migrate up: %w", dirtyError(t, uint(de.Version)))
 		}
 		if v, dirty, verr := m.Version(); verr == nil && dirty {
-			return v, fmt.Errorf("migrate up: migration %d failed: %w; its version is recorded dirty: %s", v, brief(err), repairAdvice(t, v, true, false))
+			// Final, as the dirty version it leaves: another try meets it.
+			return v, fmt.Errorf("migrate up: %w: migration %d failed: %w; its version is recorded dirty: %s",
+				ErrSchemaMismatch, v, brief(err), repairAdvice(t, v, true, false))
 		}
 		return 0, fmt.Errorf("migrate up: %w", brief(err))
 	}
@@ -179,7 +181,7 @@ func upTables(ctx context.Context, t Target) (uint, error) {
 		return 0, fmt.Errorf("migrate: read version: %w", err)
 	}
 	if dirty {
-		return v, fmt.Errorf("migrate: version %d is dirty: a migration failed half way; %s", v, dirtyAdvice(t, v))
+		return v, fmt.Errorf("migrate: %w", dirtyError(t, v))
 	}
 	return v, nil
 }
@@ -240,7 +242,7 @@ func Check(ctx context.Context, t Target) error {
 	}
 	switch {
 	case dirty:
-		return fmt.Errorf("%w: the database's schema version %d is dirty (a migration failed half way); this binary expects %d; %s", ErrSchemaMismatch, got, want, dirtyAdvice(t, got))
+		return dirtyError(t, got)
 	case got == 0:
 		return fmt.Errorf("%w: the database has no stageq schema; this binary expects version %d: run `queuectl migrate up` or `worker --migrate`", ErrSchemaMismatch, want)
 	case got < want:

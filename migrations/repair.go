@@ -72,7 +72,7 @@ func Down(ctx context.Context, t Target, version uint) (uint, error) {
 	case err != nil:
 		return 0, err
 	case dirty:
-		return got, fmt.Errorf("%w: version %d is dirty: %s", ErrSchemaMismatch, got, dirtyAdvice(t, got))
+		return got, dirtyError(t, got)
 	case got == 0:
 		return 0, fmt.Errorf("%w: the database has no stageq schema: nothing to go down from", ErrBadTarget)
 	case version >= got:
@@ -117,6 +117,13 @@ func versionsOf(t Target) ([]uint, error) {
 		err = errors.New("migrations: none embedded")
 	}
 	return vs, err
+}
+
+// dirtyError refuses a database whose version v is recorded dirty: an
+// ErrSchemaMismatch, final (a worker that retries meets it again), saying how
+// to leave it.
+func dirtyError(t Target, v uint) error {
+	return fmt.Errorf("%w: the database's schema version %d is dirty (a migration failed half way): %s", ErrSchemaMismatch, v, dirtyAdvice(t, v))
 }
 
 // dirtyAdvice says how to leave a dirty version v when the command that

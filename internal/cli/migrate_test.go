@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMigrateDownAndForce: an operator goes down two versions and up again
@@ -70,6 +71,15 @@ func TestMigrateDownAndForce(t *testing.T) {
 			t.Errorf("version of a dirty database: %q", out)
 		}
 		qcExpect(t, dsn, 1, "is dirty", "migrate", "down", "1") // refused too: repair first
+		// A worker started with --migrate stops at once, saying so: no retry
+		// can clear a dirty version.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var out, logs syncBuffer
+		code := Execute(ctx, NewWorkerCommand(), []string{"--dsn", dsn, "--migrate", "--log-format", "json"}, &out, &logs)
+		cancel()
+		if code != ExitFailure || !strings.Contains(logs.String(), "is dirty") || strings.Contains(logs.String(), "retrying") {
+			t.Errorf("worker --migrate on a dirty database: exit %d, stderr %q; want exit 1 at once, saying it is dirty", code, logs.String())
+		}
 		qcExpect(t, dsn, 0, "recorded as "+fix+", clean; nothing ran", "migrate", "force", fix)
 		qcExpect(t, dsn, 0, "schema is at version 15", "migrate", "up")
 		if out := qcExpect(t, dsn, 0, "", "tasks"); !strings.Contains(out, "SELECT 1") {
