@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +42,7 @@ func TestDialectContract(t *testing.T) {
 		"TaskOperationsOrphaned": contractTaskOperationsOrphaned,
 		"LimitDelete":            contractLimitDelete,
 		"Prune":                  contractPrune,
+		"Where":                  contractWhere,
 	} {
 		t.Run(name, func(t *testing.T) {
 			forEachDialect(t, func(t *testing.T, db *testDB) { check(t, db) })
@@ -310,5 +313,47 @@ func contractLeases(t *testing.T, db *testDB) {
 	}
 	if _, ok, err := db.D.LeaseTryAcquire(ctx, dialect.LeaseAcquireParams{Name: "c-lease", Holder: "b", TTL: time.Minute}); err != nil || !ok {
 		t.Fatalf("acquire after the release: %v, %v", ok, err)
+	}
+}
+
+// contractWhere: Where names the dialect and the database the DSN names (the
+// SQLite file; the user, server and database otherwise), never the DSN's
+// password: workers log it and refusals start with it.
+func contractWhere(t *testing.T, db *testDB) {
+	where := db.D.Where()
+	if db.Dialect == "sqlite" {
+		file, _, _ := strings.Cut(strings.TrimPrefix(db.DSN, "sqlite://"), "?")
+		if want := "sqlite file " + file; where != want {
+			t.Errorf("Where() = %q, want %q", where, want)
+		}
+		return
+	}
+	u, err := url.Parse(db.DSN)
+	if err != nil {
+		t.Fatalf("the test's DSN: %v", err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if db.Dialect == "sqlserver" {
+		name = u.Query().Get("database")
+	}
+	want := db.Dialect + " " + u.User.Username() + "@" + u.Host + "/" + name
+	if where != want {
+		t.Errorf("Where() = %q, want %q", where, want)
+	}
+	if pw, ok := u.User.Password(); ok && strings.Contains(where, pw) {
+		t.Errorf("Where() = %q shows the DSN's password", where)
+	}
+	if db.Dialect != "postgres" {
+		return
+	}
+	// The test server trusts loopback logins, so any password opens it.
+	u.User = url.UserPassword(u.User.Username(), "s3cret-pw")
+	d, err := dialect.Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatalf("open with a password: %v", err)
+	}
+	defer d.Close()
+	if got := d.Where(); got != want {
+		t.Errorf("Where() with a password in the DSN = %q, want %q", got, want)
 	}
 }

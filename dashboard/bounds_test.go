@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"strings"
@@ -47,7 +48,8 @@ func TestPagesFailWhenTheDatabaseDoesNotAnswer(t *testing.T) {
 }
 
 // TestProcessesPageIsBounded: with more processes than the list shows, the
-// processes page shows the first ones by name and says that it stopped.
+// processes page shows the first ones by name and says that it stopped. Its
+// header names the database.
 func TestProcessesPageIsBounded(t *testing.T) {
 	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
@@ -71,6 +73,10 @@ func TestProcessesPageIsBounded(t *testing.T) {
 			strings.Contains(page, `data-process="p500"`) || !strings.Contains(page, `id="capped"`) {
 			t.Errorf("processes page: %s, %d processes, capped note %v; want p000 to p499 and the note",
 				resp.Status, n, strings.Contains(page, `id="capped"`))
+		}
+		// Every page's header names the queue it shows.
+		if want := `id="database" title="the queue database">` + html.EscapeString(c.Dialect().Where()) + "<"; !strings.Contains(page, want) {
+			t.Errorf("processes page: no header naming the database (%s)", want)
 		}
 	})
 }

@@ -290,7 +290,8 @@ type view struct {
 	Nav      string
 	CSRF     string
 	ReadOnly bool
-	Refresh  int // milliseconds; 0 turns polling off
+	Database string // dialect.Dialect.Where: which queue this dashboard shows
+	Refresh  int    // milliseconds; 0 turns polling off
 	Flash    string
 	Path     string
 	Now      time.Time
@@ -307,7 +308,7 @@ func (s *Server) page(name string, h func(r *http.Request) (string, any, error))
 			s.fail(w, r, err)
 			return
 		}
-		v := view{Title: title, Nav: name, CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly,
+		v := view{Title: title, Nav: name, CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Database: s.d.Where(),
 			Refresh: int(s.cfg.Refresh.Milliseconds()), Path: r.URL.RequestURI(), Now: time.Now(), Data: data}
 		if c, err := r.Cookie("stageq_flash"); err == nil {
 			v.Flash, _ = url.QueryUnescape(c.Value)
@@ -349,7 +350,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusGatewayTimeout
 		err = fmt.Errorf("the database did not answer within %s (--request-timeout): %w", s.cfg.RequestTimeout, err)
 	}
-	v := view{Title: "Error", CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Path: r.URL.RequestURI(),
+	v := view{Title: "Error", CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Database: s.d.Where(), Path: r.URL.RequestURI(),
 		Now: time.Now(), Data: map[string]any{"Status": status, "Error": err.Error(), "Back": backURL(r)}}
 	s.render(w, r, "error", v, status)
 }

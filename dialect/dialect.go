@@ -43,6 +43,12 @@ type Dialect interface {
 	Scheduler // recurring schedules and exclusive leases (schedule.go)
 	// Name is the dialect's name: "postgres", "sqlite" or "sqlserver".
 	Name() string
+	// Where names the database for logs and errors, without a password: the
+	// SQLite file's absolute path, or the user, server and database
+	// ("postgres app@db1:5432/queue"). A worker started from another working
+	// directory, or with a typo in its DSN, meets a database of its own
+	// making; this is how an operator sees which.
+	Where() string
 	// DB is the connection pool of the queue database.
 	DB() *sql.DB
 	// BeginTx starts a transaction suitable for writing queue tables (SQLite takes

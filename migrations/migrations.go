@@ -30,6 +30,7 @@ import (
 // Target is a database to migrate: a dialect.Dialect is one.
 type Target interface {
 	Name() string
+	Where() string // the database, named in Check's refusals
 	DB() *sql.DB
 	Schema() dialect.Schema
 }
@@ -225,9 +226,18 @@ func schemaOf(t Target) (dialect.Schema, error) {
 
 // Check refuses a database whose schema this binary cannot run on: never
 // migrated, older, dirty, newer with a floor above the binary's version, or
-// without the binary's routines. The error says what was found and what is
-// expected.
+// without the binary's routines. The error says which database, what was
+// found and what is expected: a worker whose DSN has a typo, or names a
+// SQLite file relative to another working directory, meets an empty
+// database, and the file it names is the clue.
 func Check(ctx context.Context, t Target) error {
+	if err := check(ctx, t); err != nil {
+		return fmt.Errorf("%s: %w", t.Where(), err)
+	}
+	return nil
+}
+
+func check(ctx context.Context, t Target) error {
 	s, err := schemaOf(t)
 	if err != nil {
 		return err

@@ -295,7 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Msg("worker started")
+	w.log.Info().Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Str("dialect", w.d.Name()).Str("database", w.d.Where()).Msg("worker started")
 
 	// Tasks run on a context of their own: the end of ctx stops claiming, while
 	// running tasks get the grace period before theirs is cancelled.

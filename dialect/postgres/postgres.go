@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,6 +139,11 @@ const watchClientSQL = `SELECT set_config(name, '1000', false) FROM pg_settings
 
 // Name implements dialect.Dialect.
 func (p *Postgres) Name() string { return "postgres" }
+
+// Where implements dialect.Dialect.
+func (p *Postgres) Where() string {
+	return "postgres " + p.cfg.User + "@" + net.JoinHostPort(p.cfg.Host, strconv.Itoa(int(p.cfg.Port))) + "/" + p.cfg.Database
+}
 
 // DB implements dialect.Dialect.
 func (p *Postgres) DB() *sql.DB { return p.db }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +43,7 @@ type SQLite struct {
 	db     *sql.DB // the queue's own statements: one connection (see Open)
 	bodies *sql.DB // DB(): task bodies, migrations and the caller's own use
 	path   string
+	abs    string // path made absolute, for Where
 	// migrations are the embedded ones, or another release's (UseRelease).
 	migrations fs.FS
 	// dsn is what the pools were opened with, for golang-migrate's pool of
@@ -131,7 +133,11 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 		queue.Close()
 		return nil, err
 	}
-	s := &SQLite{db: queue, bodies: bodies, path: path, stmts: map[string]*sql.Stmt{}, migrations: schema.Files, dsn: dsnFile}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	s := &SQLite{db: queue, bodies: bodies, path: path, abs: abs, stmts: map[string]*sql.Stmt{}, migrations: schema.Files, dsn: dsnFile}
 	s.Base = s.base()
 	return s, nil
 }
@@ -183,6 +189,10 @@ func parseDSN(dsn string) (string, url.Values, error) {
 
 // Name implements dialect.Dialect.
 func (s *SQLite) Name() string { return "sqlite" }
+
+// Where implements dialect.Dialect: the file, made absolute as it was when
+// opened.
+func (s *SQLite) Where() string { return "sqlite file " + s.abs }
 
 // DB implements dialect.Dialect.
 func (s *SQLite) DB() *sql.DB { return s.bodies }

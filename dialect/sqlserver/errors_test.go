@@ -11,6 +11,7 @@ import (
 	"time"
 
 	mssql "github.com/microsoft/go-mssqldb"
+	"github.com/microsoft/go-mssqldb/msdsn"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -118,6 +119,24 @@ func TestRedaction(t *testing.T) {
 	_, err := Open(context.Background(), "sqlserver://sa:s3cret-pw@db:badport?database=stageq")
 	if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
 		t.Errorf("Open with a bad port: %v", err)
+	}
+}
+
+// TestWhereNamesTheDatabase: the user, server, instance, port and database
+// of a DSN, in either of go-mssqldb's forms, without its password.
+func TestWhereNamesTheDatabase(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"sqlserver://sa:s3cret-pw@db:1433?database=stageq":        "sqlserver sa@db:1433/stageq",
+		"sqlserver://app:s3cret-pw@db/SQLEXPRESS?database=queue":  `sqlserver app@db\SQLEXPRESS/queue`,
+		"server=db;user id=app;password=s3cret-pw;database=queue": "sqlserver app@db/queue",
+	} {
+		cfg, err := msdsn.Parse(dsn)
+		if err != nil {
+			t.Fatalf("%s: %v", dsn, err)
+		}
+		if got := where(cfg); got != want {
+			t.Errorf("where(%s) = %q, want %q", redactDSN(dsn), got, want)
+		}
 	}
 }
 

@@ -22,7 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/microsoft/go-mssqldb/msdsn"
@@ -53,6 +55,8 @@ type SQLServer struct {
 	// connector makes connections like the pools', for golang-migrate's
 	// pool of its own (schema.go).
 	connector driver.Connector
+	// cfg is the parsed DSN, for Where.
+	cfg msdsn.Config
 	// Base runs the operator actions, reads and exclusive leases (base.go).
 	sqlbase.Base
 }
@@ -93,7 +97,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	bodies := sql.OpenDB(newLoginBound(cfg, bound))
 	bodies.SetMaxIdleConns(16)
 	d := &SQLServer{db: db, bodies: bodies, calls: newCalls(Routines()), migrations: schema.Files,
-		connector: newLoginBound(cfg, bound)}
+		connector: newLoginBound(cfg, bound), cfg: cfg}
 	d.Base = d.newBase()
 	// The transient login errors are retried, within one connect timeout in
 	// all: retrying each attempt to its own bound took 56 s against a server
@@ -164,6 +168,22 @@ func compatError(name string, level int, err error) error {
 
 // Name implements dialect.Dialect.
 func (d *SQLServer) Name() string { return "sqlserver" }
+
+// Where implements dialect.Dialect.
+func (d *SQLServer) Where() string { return where(d.cfg) }
+
+// where names the database of a parsed DSN: user, server (with its instance
+// and port where the DSN gives them) and database, never the password.
+func where(cfg msdsn.Config) string {
+	host := cfg.Host
+	if cfg.Instance != "" {
+		host += `\` + cfg.Instance
+	}
+	if cfg.Port != 0 {
+		host = net.JoinHostPort(host, strconv.FormatUint(cfg.Port, 10))
+	}
+	return "sqlserver " + cfg.User + "@" + host + "/" + cfg.Database
+}
 
 // DB implements dialect.Dialect.
 func (d *SQLServer) DB() *sql.DB { return d.db }

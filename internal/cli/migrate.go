@@ -28,7 +28,7 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d%s\n", d.Name(), v, routinesNote(d))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: schema is at version %d%s\n", d.Where(), v, routinesNote(d))
 			return nil
 		}),
 	}, &cobra.Command{
@@ -65,10 +65,10 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 				return asUsage(err)
 			}
 			if v == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s schema recorded as having no version; nothing ran\n", d.Name())
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: schema recorded as having no version; nothing ran\n", d.Where())
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s schema version recorded as %d, clean; nothing ran\n", d.Name(), v)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: schema version recorded as %d, clean; nothing ran\n", d.Where(), v)
 			return nil
 		}),
 	}, &cobra.Command{
@@ -85,7 +85,7 @@ func newMigrateCommand(dsn *string) *cobra.Command {
 			if err != nil {
 				return asUsage(err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s schema is at version %d\n", d.Name(), got)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: schema is at version %d\n", d.Where(), got)
 			return nil
 		}),
 	})

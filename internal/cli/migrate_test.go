@@ -111,3 +111,15 @@ func execOn(t *testing.T, dsn, stmt string) {
 		t.Fatalf("%s: %v", stmt, err)
 	}
 }
+
+// TestRefusalNamesTheDatabase: a relative SQLite DSN run from another working
+// directory (a service's, say) opens a new, empty file there; the refusal names
+// it, absolute, and so does migrate up.
+func TestRefusalNamesTheDatabase(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	file := filepath.Join(dir, "queue.db")
+	qcExpect(t, "sqlite://queue.db", 1, "sqlite file "+file+": schema version mismatch: the database has no stageq schema",
+		"enqueue", "SELECT 1")
+	qcExpect(t, "sqlite://queue.db", 0, "sqlite file "+file+": schema is at version", "migrate", "up")
+}
