@@ -6,6 +6,8 @@ import (
 	"html"
 	"io"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +141,68 @@ func TestProcessPageShowsTheLatestAttempts(t *testing.T) {
 			if got := strings.Contains(get(path), `id="tasks-capped"`); got != capped {
 				t.Errorf("%s says its task list is capped: %v, want %v", path, got, capped)
 			}
+		}
+	})
+}
+
+// TestProcessPagesOfAnyName: every link to a process page reaches that
+// process, whatever its name, followed as a browser follows it (dot segments
+// resolved first): "." and ".." named in a path would reach the list instead.
+func TestProcessPagesOfAnyName(t *testing.T) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
+		ctx := context.Background()
+		names := []string{".", "..", "a/b", "../x", "x?y#z", "100%", "a b"}
+		one := 1
+		for _, name := range names {
+			if _, err := c.Submit(ctx, stages.Plan{Process: name, Stages: []stages.Stage{{Order: &one, Tasks: []stages.Task{
+				{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
+		root, err := url.Parse(base + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// follow GETs a link's href, as the page at from wrote it, and
+		// returns where it went and the name that page shows.
+		nameOn := regexp.MustCompile(`<span class="name">([^<]*)</span>`)
+		follow := func(from *url.URL, href string) (*url.URL, string, string) {
+			t.Helper()
+			ref, err := url.Parse(html.UnescapeString(href))
+			if err != nil {
+				t.Fatalf("link %q: %v", href, err)
+			}
+			to := from.ResolveReference(ref)
+			_, page := fetch(t, http.MethodGet, to.String())
+			m := nameOn.FindStringSubmatch(page)
+			if m == nil {
+				return to, "", page
+			}
+			return to, html.UnescapeString(m[1]), page
+		}
+		_, list := fetch(t, http.MethodGet, base+"/")
+		for _, name := range names {
+			link := regexp.MustCompile(`<a href="([^"]*)">` + regexp.QuoteMeta(html.EscapeString(name)) + `</a>`).FindStringSubmatch(list)
+			if link == nil {
+				t.Errorf("process %q: no link on the processes page", name)
+				continue
+			}
+			at, got, page := follow(root, link[1])
+			if got != name {
+				t.Errorf("process %q: its link %s shows process %q", name, link[1], got)
+				continue
+			}
+			// The window links keep the process.
+			window := regexp.MustCompile(`<a href="([^"]*)">last week</a>`).FindStringSubmatch(page)
+			if window == nil {
+				t.Errorf("process %q: no window link", name)
+			} else if _, got, _ := follow(at, window[1]); got != name {
+				t.Errorf("process %q: its window link %s shows process %q", name, window[1], got)
+			}
+		}
+		if code, _ := fetch(t, http.MethodGet, base+"/process"); code != http.StatusBadRequest {
+			t.Errorf("/process without a name: %d, want 400", code)
 		}
 	})
 }

@@ -40,6 +40,12 @@ var timelineWindows = []struct{ Key, Label string }{{"1h", "last hour"}, {"24h",
 func (s *Server) process(r *http.Request) (string, any, error) {
 	ctx := r.Context()
 	name := r.PathValue("name")
+	if r.URL.Path == "/process" {
+		name = r.URL.Query().Get("name")
+		if name == "" { // no name would list every process
+			return "", nil, fmt.Errorf("process: give ?name=: %w", errBadInput)
+		}
+	}
 	ps, err := s.op.ProcessList(ctx, dialect.ProcessFilter{Name: name, All: true})
 	if err != nil {
 		return "", nil, err

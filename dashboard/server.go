@@ -107,6 +107,7 @@ func New(c *queue.Client, cfg Config) (*Server, error) {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /{$}", s.page("processes", s.processes))
 	m.HandleFunc("GET /process/{name}", s.page("process", s.process))
+	m.HandleFunc("GET /process", s.page("process", s.process)) // ?name=, for names no path can carry
 	m.HandleFunc("GET /tasks", s.page("tasks", s.tasks))
 	m.HandleFunc("GET /task/{id}", s.page("task", s.task))
 	m.HandleFunc("GET /logs", s.page("logs", s.logs))
@@ -212,11 +213,11 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05.000")
 	},
-	"ms":   func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
-	"dur":  fmtDur,
-	"ago":  func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
-	"clip": clip,
-	"path": func(s string) string { return url.PathEscape(s) },
+	"ms":         func(t time.Time) string { return t.UTC().Format("15:04:05.000") },
+	"dur":        fmtDur,
+	"ago":        func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
+	"clip":       clip,
+	"processURL": processURL,
 	"deref": func(p *int) string {
 		if p == nil {
 			return "-"
@@ -263,6 +264,25 @@ var funcs = template.FuncMap{
 		}
 		return template.URL(v.Encode())
 	},
+}
+
+// processURL is a process page's address, with query pairs kv. A process
+// is named in the path, except "." and "..": browsers resolve those segments
+// (escaped ones too) before sending, so their page is asked for by query.
+func processURL(name string, kv ...string) template.URL {
+	q := url.Values{}
+	base := "/process/" + url.PathEscape(name)
+	if name == "." || name == ".." {
+		base = "/process"
+		q.Set("name", name)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	if len(q) == 0 {
+		return template.URL(base)
+	}
+	return template.URL(base + "?" + q.Encode())
 }
 
 func (s *Server) parse() error {
