@@ -4,10 +4,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -195,4 +197,61 @@ func TestOperatorAudit(t *testing.T) {
 func runCLIAs(t *testing.T, actor, name string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	return runCLIEnv(t, []string{"STAGEQ_ACTOR=" + actor}, name, "", args...)
+}
+
+// TestCancelWhileRunning: a process cancelled while one of its tasks runs
+// ends 'cancelled' once that task has ended, though it succeeded, and the
+// stage above never runs (it ended 'succeeded' before, so enqueue --wait
+// exited 0 for it). New tasks make it active again; then it ends 'succeeded'.
+func TestCancelWhileRunning(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		db.enqueue(t, "cx", 1, stages.Task{Kind: "hold", Body: "runs"})
+		db.enqueue(t, "cx", 2, stages.Task{Kind: "hold", Body: "cancelled"})
+		started := make(chan string, 4)
+		release := make(chan struct{})
+		var ran atomic.Int64
+		startWorkers(t, db, 1, fastConfig(), func(w *queue.Worker) {
+			w.Handle("hold", func(ctx context.Context, task *queue.Task) error {
+				ran.Add(1)
+				started <- task.Body
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		})
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the first task never started")
+		}
+		removed, running, err := limOperator(t, db).ProcessCancel(ctx, "cx")
+		if err != nil || removed != 1 || running != 1 {
+			t.Fatalf("cancel: %d removed, %d running, %v; want 1 and 1", removed, running, err)
+		}
+		state := func() string {
+			p, err := db.D.ProcessGet(ctx, "cx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p.State
+		}
+		if s := state(); s != dialect.ProcessActive {
+			t.Fatalf("while its task runs the process is %q, want active", s)
+		}
+		close(release)
+		waitFor(t, 30*time.Second, "the process to end", func() bool { return state() != dialect.ProcessActive })
+		if s := state(); s != dialect.ProcessCancelled || ran.Load() != 1 {
+			t.Fatalf("after its running task succeeded: process %q, %d tasks ran; want cancelled, 1", s, ran.Load())
+		}
+
+		db.enqueue(t, "cx", 1, stages.Task{Kind: "hold", Body: "again"})
+		waitFor(t, 30*time.Second, "the new task to run", func() bool { return state() != dialect.ProcessActive })
+		if s := state(); s != dialect.ProcessSucceeded {
+			t.Errorf("after new tasks ran: process %q, want succeeded", s)
+		}
+	})
 }

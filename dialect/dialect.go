@@ -253,7 +253,8 @@ const (
 	ProcessSucceeded = "succeeded"
 	ProcessFailed    = "failed"
 	// ProcessCancelled: an operator's cancel or discard removed its last tasks,
-	// so it ended without doing all its work. New tasks make it active again.
+	// or left only running ones, which have ended since: it ended without
+	// doing all its work. New tasks make it active again.
 	ProcessCancelled = "cancelled"
 )
 

@@ -25,8 +25,8 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {9, "792fd1cb8dc7f764fbf4ffccb735a525f233bc5ce2073cd0fafc93a16efa0a57"},
-	"sqlserver": {2, "d37b3d22efc0fc8d60e4324ac9481fe0b16eee6da4c71a415c1ad68f22292d9e"},
+	"postgres":  {10, "f34409960ca6f4cda0b48bfc2754c730ba84db0984f30c9e9302cadc819f35d6"},
+	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 
 func dialects() map[string]dialect.Routines {

@@ -19,11 +19,19 @@ import (
 const (
 	stageReadSQL   = `SELECT current_order, paused, weight, priority FROM stageq_processes WHERE id = ?`
 	stageLowestSQL = `SELECT min(execution_order) FROM stageq_tasks WHERE process_id = ?`
-	stageDoneSQL   = `
+	// A process with no task left ends 'cancelled' when its newest Logs row
+	// is an operator's cancel or discard, written after its last attempt
+	// started (one that emptied it, or one that left attempts running, the
+	// last of which has just ended); 'succeeded' otherwise. A seek on
+	// stageq_logs_process, read backwards.
+	stageDoneSQL = `
 UPDATE stageq_processes
-   SET current_order = NULL, state = 'succeeded',
+   SET current_order = NULL,
+       state = CASE WHEN (SELECT l.outcome FROM stageq_logs l WHERE l.process_id = ?1
+                           ORDER BY l.started_at DESC, l.id DESC LIMIT 1) IN ('cancelled', 'discarded')
+                    THEN 'cancelled' ELSE 'succeeded' END,
        updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), finished_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
- WHERE id = ? AND state IN ('active', 'failed')`
+ WHERE id = ?1 AND state IN ('active', 'failed')`
 	stagePauseSQL = `UPDATE stageq_tasks SET state = 'blocked' WHERE process_id = ? AND state IN ('available', 'scheduled')`
 	// A lower order arrived: tasks above it that have not started wait again.
 	stageBlockSQL = `

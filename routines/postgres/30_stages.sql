@@ -2,6 +2,23 @@
 -- process available (or ends the process when none is left); advance runs it
 -- for processes whose open stage may have emptied after a finish committed.
 
+-- How a process that has no task left ends: 'cancelled' when its newest Logs
+-- row is an operator's cancel or discard, written after its last attempt
+-- started (a cancel that emptied it just now, or one that left attempts
+-- running, the last of which has just ended), 'succeeded' otherwise. New
+-- tasks make it active again, and their attempts are newer than the cancel.
+-- A seek on logs_process, read backwards.
+CREATE OR REPLACE FUNCTION stageq_routines.end_state(p_process_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+AS $function$
+    SELECT CASE WHEN (SELECT l.outcome FROM stageq.logs l
+                       WHERE l.process_id = p_process_id
+                       ORDER BY l.started_at DESC, l.id DESC LIMIT 1) IN ('cancelled', 'discarded')
+                THEN 'cancelled' ELSE 'succeeded' END
+$function$;
+
 CREATE OR REPLACE FUNCTION stageq_routines.open_stage(p_process_id bigint)
  RETURNS void
  LANGUAGE plpgsql
@@ -27,7 +44,7 @@ BEGIN
 
     IF v_new IS NULL THEN
         UPDATE stageq.processes
-           SET current_order = NULL, state = 'succeeded', updated_at = now(), finished_at = now()
+           SET current_order = NULL, state = stageq_routines.end_state(p_process_id), updated_at = now(), finished_at = now()
          WHERE id = p_process_id AND state IN ('active', 'failed');
         RETURN;
     END IF;

@@ -1,7 +1,8 @@
 -- OpenStage: re-derives which tasks of a process may run: the blocked tasks of its
 -- lowest order become available (or scheduled), stamped with virtual times; a stage
 -- above a newly arrived lower order, or of a paused process, is blocked again; an
--- empty process ends @EndState ('succeeded' or 'cancelled'). Final: migration 000008 (ALTER).
+-- empty process ends @EndState ('succeeded' or 'cancelled'), or 'cancelled' when an operator's
+-- cancel or discard is its newest Logs row. Final: migration 000008 (ALTER).
 CREATE PROCEDURE stageq_routines.OpenStage
     @ProcessId bigint,
     @EndState  varchar(20) = 'succeeded'
@@ -14,7 +15,8 @@ BEGIN
     DECLARE @Old int, @New int, @Paused bit, @Weight int, @Priority int, @Failed int,
             @State varchar(20), @Finished datetime2(7), @VTail bigint, @NewState varchar(20),
             @Now datetime2(7) = SYSUTCDATETIME(), @Base bigint, @Stride bigint, @Opened bigint = 0,
-            @ChunkStart bigint, @ChunkEnd bigint, @Batch int, @Tail bigint;
+            @ChunkStart bigint, @ChunkEnd bigint, @Batch int, @Tail bigint,
+            @Name nvarchar(200), @Last varchar(20);
     DECLARE @Open TABLE (seq bigint IDENTITY(1, 1) NOT NULL PRIMARY KEY, id bigint NOT NULL);
 
     IF @EndState IS NULL OR @EndState NOT IN ('succeeded', 'cancelled')
@@ -22,7 +24,8 @@ BEGIN
 
     -- Already locked by the caller; asking again is free.
     SELECT @Old = p.current_order, @Paused = p.paused, @Weight = p.weight, @Priority = p.priority,
-           @Failed = p.failed_tasks, @State = p.state, @Finished = p.finished_at, @VTail = p.vtail
+           @Failed = p.failed_tasks, @State = p.state, @Finished = p.finished_at, @VTail = p.vtail,
+           @Name = p.name
       FROM stageq.Processes AS p WITH (UPDLOCK, ROWLOCK, INDEX(PK_Processes))
      WHERE p.id = @ProcessId;
     IF @@ROWCOUNT = 0
@@ -38,10 +41,21 @@ BEGIN
     IF @New IS NULL
     BEGIN
         -- No task left: done, or cancelled when the removal of the caller (an
-        -- operator discarding or cancelling) emptied it. failed_tasks is necessarily 0
+        -- operator discarding or cancelling) emptied it, or when an operator's
+        -- cancel or discard is the process's newest Logs row, written after its
+        -- last attempt started (a cancel that left attempts running, the last of
+        -- which has just ended). New tasks make it active again, and their
+        -- attempts are newer. A seek on IX_Logs_Process (name, started_at; the
+        -- clustered id follows), read backwards. failed_tasks is necessarily 0
         -- (failed tasks stay in the table); resetting it heals any drift.
+        SELECT TOP (1) @Last = l.outcome
+          FROM stageq.Logs AS l WITH (INDEX(IX_Logs_Process))
+         WHERE l.process_name = @Name AND l.process_id = @ProcessId
+         ORDER BY l.started_at DESC, l.id DESC;
         UPDATE stageq.Processes
-           SET current_order = NULL, state = @EndState, failed_tasks = 0, updated_at = @Now, finished_at = @Now
+           SET current_order = NULL,
+               state = CASE WHEN @Last IN ('cancelled', 'discarded') THEN 'cancelled' ELSE @EndState END,
+               failed_tasks = 0, updated_at = @Now, finished_at = @Now
          WHERE id = @ProcessId AND state IN ('active', 'failed');
         RETURN 0;
     END;
