@@ -14,7 +14,7 @@ import (
 
 // KindExec is the kind of tasks whose body is an operating-system command. A
 // worker runs them only for programs on its allow-list (WorkerConfig.AllowExec,
-// `worker --allow-exec`); everywhere else they fail without running anything.
+// `worker --allow-exec`); elsewhere the attempt fails without running anything.
 //
 // The body is a JSON array of arguments (["pg_dump", "-Fc", "sales"]) or words
 // separated by spaces. No shell is involved, so no quoting, globbing or
@@ -44,24 +44,25 @@ func execArgs(body string) ([]string, error) {
 	return args, nil
 }
 
-// allowed reports whether program may run: it must match an allow-list entry
-// by name (resolved through PATH) or by absolute path.
-func allowed(allow []string, program string) (string, bool) {
+// allowed finds program and reports whether it may run: it must match an
+// allow-list entry by name (resolved through PATH) or by absolute path. A
+// program this worker cannot find is an error of its own, not a refusal.
+func allowed(allow []string, program string) (string, bool, error) {
 	path, err := exec.LookPath(program)
 	if err != nil {
-		return "", false
+		return "", false, err
 	}
 	for _, a := range allow {
 		if a == program && !strings.ContainsRune(a, filepath.Separator) {
-			return path, true
+			return path, true, nil
 		}
 		if filepath.IsAbs(a) {
 			if abs, err := filepath.Abs(path); err == nil && abs == filepath.Clean(a) {
-				return path, true
+				return path, true, nil
 			}
 		}
 	}
-	return "", false
+	return "", false, nil
 }
 
 // execWaitDelay is how long a cancelled command's process group has to exit
@@ -76,9 +77,15 @@ func (w *Worker) executeCommand(ctx context.Context, body string) error {
 	if err != nil {
 		return NoRetry(err)
 	}
-	path, ok := allowed(w.cfg.AllowExec, args[0])
+	// A program this worker may not run, or cannot find, fails the attempt
+	// only: workers of one queue may have different allow-lists and
+	// programs, and the next attempt may be claimed by one that has it.
+	path, ok, err := allowed(w.cfg.AllowExec, args[0])
+	if err != nil {
+		return fmt.Errorf("command %q: not found on this worker: %w", args[0], err)
+	}
 	if !ok {
-		return NoRetry(fmt.Errorf("command %q: %w", args[0], errExecNotAllowed))
+		return fmt.Errorf("command %q: %w", args[0], errExecNotAllowed)
 	}
 	cmd := exec.CommandContext(ctx, path, args[1:]...)
 	inProcessGroup(cmd)

@@ -89,3 +89,30 @@ func TestExecRunsAllowedProgramWithoutShell(t *testing.T) {
 		t.Error("the disallowed rm ran")
 	}
 }
+
+// TestExecRefusalFailsTheAttemptOnly: a program this worker may not run, or
+// cannot find, fails the attempt, not the task (another worker, with another
+// allow-list or the program installed, may take the next), and the error
+// tells the two apart.
+func TestExecRefusalFailsTheAttemptOnly(t *testing.T) {
+	missing := "stageq-no-such-program"
+	logs := runExecTasks(t, []string{"touch", missing}, `["`+missing+`"]`, `["ls", "/"]`)
+	attempts := map[string][]dialect.LogEntry{}
+	for _, l := range logs {
+		attempts[l.Body] = append(attempts[l.Body], l)
+	}
+	for body, want := range map[string]string{
+		`["` + missing + `"]`: `command "` + missing + `": not found on this worker`,
+		`["ls", "/"]`:         `command "ls": not on this worker's --allow-exec list`,
+	} {
+		got := attempts[body]
+		if len(got) < 2 {
+			t.Errorf("%s: %d attempts, want every attempt the task has (the first failure is not final)", body, len(got))
+		}
+		for _, l := range got {
+			if l.Outcome != dialect.OutcomeFailed || !strings.Contains(l.Error, want) {
+				t.Errorf("%s, attempt %d: %s %q; want failed, saying %q", body, l.Attempt, l.Outcome, l.Error, want)
+			}
+		}
+	}
+}
