@@ -234,6 +234,10 @@ func (t Task) validate() error {
 	if t.Delay < 0 {
 		return fmt.Errorf("delay must not be negative, got %s", time.Duration(t.Delay))
 	}
+	if t.Delay != 0 && !t.RunAt.IsZero() {
+		// Either would be the start; the other would be ignored without a word.
+		return errors.New("give delay or run_at, not both")
+	}
 	if err := ValidateKind(t.Kind); err != nil {
 		return err
 	}

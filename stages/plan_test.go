@@ -59,18 +59,19 @@ func TestParseJSONPlanDefaults(t *testing.T) {
 
 func TestParseRejects(t *testing.T) {
 	for name, src := range map[string]string{
-		"unknown field":  `{"stages":[{"order":1,"tasks":[{"body":"x","retries":3}]}]}`,
-		"no stages":      `{"process":"p"}`,
-		"order missing":  `{"stages":[{"tasks":[{"body":"x"}]}]}`,
-		"negative order": `{"stages":[{"order":-1,"tasks":[{"body":"x"}]}]}`,
-		"fractional":     `{"stages":[{"order":1.5,"tasks":[{"body":"x"}]}]}`,
-		"order as text":  `{"stages":[{"order":"ten","tasks":[{"body":"x"}]}]}`,
-		"empty stage":    `{"stages":[{"order":1,"tasks":[]}]}`,
-		"blank body":     `{"stages":[{"order":1,"tasks":[{"body":"  "}]}]}`,
-		"bad delay":      `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"soon"}]}]}`,
-		"neg delay":      `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"-1s"}]}]}`,
-		"long process":   `{"process":"` + strings.Repeat("p", 201) + `","stages":[{"order":1,"tasks":[{"body":"x"}]}]}`,
-		"trailing data":  `{"stages":[{"order":1,"tasks":[{"body":"x"}]}]} {}`,
+		"unknown field":    `{"stages":[{"order":1,"tasks":[{"body":"x","retries":3}]}]}`,
+		"no stages":        `{"process":"p"}`,
+		"order missing":    `{"stages":[{"tasks":[{"body":"x"}]}]}`,
+		"negative order":   `{"stages":[{"order":-1,"tasks":[{"body":"x"}]}]}`,
+		"fractional":       `{"stages":[{"order":1.5,"tasks":[{"body":"x"}]}]}`,
+		"order as text":    `{"stages":[{"order":"ten","tasks":[{"body":"x"}]}]}`,
+		"empty stage":      `{"stages":[{"order":1,"tasks":[]}]}`,
+		"blank body":       `{"stages":[{"order":1,"tasks":[{"body":"  "}]}]}`,
+		"bad delay":        `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"soon"}]}]}`,
+		"neg delay":        `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"-1s"}]}]}`,
+		"delay and run_at": `{"stages":[{"order":1,"tasks":[{"body":"x","delay":"30s","run_at":"2030-01-01T00:00:00Z"}]}]}`,
+		"long process":     `{"process":"` + strings.Repeat("p", 201) + `","stages":[{"order":1,"tasks":[{"body":"x"}]}]}`,
+		"trailing data":    `{"stages":[{"order":1,"tasks":[{"body":"x"}]}]} {}`,
 	} {
 		if _, err := Parse(strings.NewReader(src), "json"); !errors.Is(err, ErrInvalidPlan) {
 			t.Errorf("%s: err = %v, want ErrInvalidPlan", name, err)

@@ -93,7 +93,7 @@ transaction. Prints what it created; --json for scripts.`,
 	}
 	dsnFlag(cmd, &dsn)
 	f := cmd.Flags()
-	f.IntVar(&order, "order", 0, "ExecutionOrder: the stage within its process (whole number >= 0)")
+	f.IntVar(&order, "order", 0, "ExecutionOrder: the stage within its process (whole number >= 0; without it 0, the first stage)")
 	f.StringVar(&process, "process", "", `process to add to, created if new (default "default")`)
 	f.StringVarP(&file, "file", "f", "", "plan file (.yaml, .yml or .json; '-' for stdin, YAML or JSON) with many stages and tasks")
 	f.StringVar(&kind, "kind", queue.KindSQL, "task kind: sql, or the name of a Go handler registered on the workers")
