@@ -88,7 +88,7 @@ transaction. Prints what it created; --json for scripts.`,
 			if err != nil {
 				return err
 			}
-			return follow(cmd.Context(), op, res.Process, cmd.OutOrStdout(), 500*time.Millisecond, asJSON)
+			return follow(cmd.Context(), op, res.Process, cmd.OutOrStdout(), 500*time.Millisecond, asJSON, waitNote(c.Dialect(), res.Process, time.Minute))
 		}),
 	}
 	dsnFlag(cmd, &dsn)

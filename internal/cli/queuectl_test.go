@@ -214,3 +214,24 @@ func TestEnqueueWait(t *testing.T) {
 		qcExpect(t, dsn, 0, "", "status", "ok", "--watch")
 	})
 }
+
+// TestEnqueueWaitSaysWhyItWaits: a process that stands still with nothing
+// running, here a task of a kind no live worker runs, makes --wait say why,
+// once, instead of waiting without a word.
+func TestEnqueueWaitSaysWhyItWaits(t *testing.T) {
+	was := stuckAfter
+	t.Cleanup(func() { stuckAfter = was }) // after the parallel subtests
+	stuckAfter = 100 * time.Millisecond
+	qcDatabases(t, func(t *testing.T, dsn string) {
+		qcWorker(t, dsn, queue.WorkerConfig{PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		code := Execute(ctx, NewEnqueueCommand(), []string{"--dsn", dsn, "--process", "stuck", "--kind", "report", "--wait", "x"}, &out, &errb)
+		want := `No live worker runs kind "report"`
+		if code != ExitFailure || strings.Count(out.String(), want) != 1 || !strings.Contains(out.String(), "task 1 waits: ") {
+			t.Errorf("enqueue --wait of a task no worker runs: exit %d; want %d (stopped by its deadline) and one line saying %q\nstdout: %s\nstderr: %s",
+				code, ExitFailure, want, out.String(), errb.String())
+		}
+	})
+}

@@ -16,7 +16,9 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
+	"github.com/stageq/stageq/dashboard"
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
 )
 
 // Exit codes of the operator commands, beyond ExitOK, ExitFailure and ExitUsage,
@@ -91,9 +93,13 @@ the process does not exist.`,
 			}
 			return nil
 		},
-		RunE: withOperator(dsn, func(cmd *cobra.Command, _ []string, op dialect.Operator) error {
+		RunE: withClient(dsn, func(cmd *cobra.Command, _ []string, c *queue.Client) error {
+			op, err := dialect.AsOperator(c.Dialect())
+			if err != nil {
+				return err
+			}
 			if watch {
-				return follow(cmd.Context(), op, name, cmd.OutOrStdout(), interval, asJSON)
+				return follow(cmd.Context(), op, name, cmd.OutOrStdout(), interval, asJSON, waitNote(c.Dialect(), name, deadAt))
 			}
 			return printStatus(cmd.Context(), op, cmd.OutOrStdout(), dialect.ProcessFilter{Name: name, All: all}, deadAt, asJSON)
 		}),
@@ -199,10 +205,41 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 	return nil
 }
 
+// stuckAfter is how long a followed process may show no change, with nothing
+// running, before follow says why its next task waits.
+var stuckAfter = 10 * time.Second
+
+// waitNote says why the first task of a process (of its lowest stage) is not
+// running: follow prints it when the process has stood still, so that a task
+// no live worker can run (its kind, a full limit, a pause) does not leave
+// --wait silent for ever. Nil where the dialect cannot explain.
+func waitNote(d dialect.Dialect, name string, deadAfter time.Duration) func(context.Context) string {
+	in, err := dialect.AsInspector(d)
+	if err != nil {
+		return nil
+	}
+	return func(ctx context.Context) string {
+		ts, err := d.TaskList(ctx, dialect.TaskFilter{Process: name, Limit: 1})
+		if err != nil || len(ts) == 0 {
+			return ""
+		}
+		tw, err := in.TaskWait(ctx, ts[0].ID, deadAfter)
+		if err != nil {
+			return ""
+		}
+		var why []string
+		for _, r := range dashboard.Explain(tw) {
+			why = append(why, r.Text)
+		}
+		return fmt.Sprintf("task %d waits: %s (queuectl why %d)", ts[0].ID, strings.Join(why, " "), ts[0].ID)
+	}
+}
+
 // follow polls a process until it succeeds or fails, drawing a progress bar per
 // stage on a terminal and printing a line per change otherwise (or, with asJSON,
-// one JSON object per change).
-func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, interval time.Duration, asJSON bool) error {
+// one JSON object per change). When the process stands still with nothing
+// running for stuckAfter, it says once why it waits (note, when not nil).
+func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, interval time.Duration, asJSON bool, note func(context.Context) string) error {
 	f, isFile := w.(*os.File)
 	tty := isFile && isatty.IsTerminal(f.Fd()) && !asJSON
 	var (
@@ -228,6 +265,11 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	var (
+		seen      string    // the process as last read, to tell when it stands still
+		stillFrom time.Time // since when it has
+		noted     string    // the last note printed
+	)
 	for {
 		ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: name})
 		if err != nil {
@@ -270,6 +312,18 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 					fmt.Fprintln(w, time.Now().Format(time.TimeOnly), line)
 				}
 				last = line
+			}
+		}
+		if now := summary(p); now != seen {
+			seen, stillFrom = now, time.Now()
+		} else if note != nil && !asJSON && time.Since(stillFrom) >= stuckAfter && p.State == dialect.ProcessActive && running(p) == 0 {
+			if n := note(ctx); n != "" && n != noted {
+				out := w
+				if progress != nil {
+					out = progress // printed above the bars
+				}
+				fmt.Fprintln(out, time.Now().Format(time.TimeOnly), n)
+				noted = n
 			}
 		}
 		switch p.State {
@@ -336,4 +390,13 @@ func printRetention(w io.Writer, op dialect.Operator, st *dialect.PruneStatus) {
 	fmt.Fprintf(w, "\nretention: logs %s, workers %s, finished processes %s; last pass %s by %s deleted %d logs, %d workers, %d processes\n",
 		keep(st.RetainLogs), keep(st.RetainWorkers), keep(st.RetainProcesses), tableTime(st.RanAt), cell(st.WorkerID, 60),
 		st.LogsDeleted, st.WorkersDeleted, st.ProcessesDeleted)
+}
+
+// running counts a process's running tasks.
+func running(p dialect.ProcessStatus) int {
+	n := 0
+	for _, s := range p.Stages {
+		n += s.Running
+	}
+	return n
 }
