@@ -336,8 +336,14 @@ func TestLeaseCLI(t *testing.T) {
 		if code, stdout, _ := q("list"); code != 0 || !strings.Contains(stdout, "script-1") {
 			t.Errorf("list: exit %d, %q", code, stdout)
 		}
-		if code, _, stderr := q("release", "nightly", "--token", "7", "--holder", "script-1"); code != 1 || !strings.Contains(stderr, "lease lost") {
+		if code, _, stderr := q("release", "nightly", "--token", "7", "--holder", "script-1"); code != 1 || !strings.Contains(stderr, `lease lost: no longer held with this token: "script-1" holds it with token 1 now`) {
 			t.Errorf("release with a wrong token: exit %d, %q", code, stderr)
+		}
+		// From another shell, whose default holder differs: the error names
+		// the holder to give.
+		if code, _, stderr := q("extend", "nightly", "--token", "1", "--holder", "other-shell"); code != 1 ||
+			!strings.Contains(stderr, `held by "script-1" (token 1), not by "other-shell"; give the holder it was acquired with`) {
+			t.Errorf("extend by another holder: exit %d, %q", code, stderr)
 		}
 		if code, _, stderr := q("release", "nightly", "--token", "1", "--holder", "script-1"); code != 0 {
 			t.Errorf("release: exit %d, %q", code, stderr)

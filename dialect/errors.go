@@ -16,7 +16,7 @@ var (
 	// ErrLeaseLost means the task is no longer held with the given lease token: its
 	// lease expired and it was rescued, or an operator changed it. The caller's
 	// result is discarded and nothing was changed.
-	ErrLeaseLost = errors.New("lease lost: task is no longer held with this token")
+	ErrLeaseLost = errors.New("lease lost: no longer held with this token")
 
 	// ErrNotFound means the named process, task or worker does not exist.
 	ErrNotFound = errors.New("not found")

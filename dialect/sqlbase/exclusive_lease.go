@@ -78,7 +78,7 @@ func (b *Base) LeaseExtend(ctx context.Context, lp dialect.LeaseExtendParams) (d
 		return scanLease(q.QueryRowContext(ctx, b.Lease.Extend, lp.Name, lp.Holder, lp.Token, b.Interval(lp.TTL)), &l)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return l, fmt.Errorf("extend lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
+		return l, fmt.Errorf("extend lease %q (token %d): %w%s", lp.Name, lp.Token, dialect.ErrLeaseLost, b.lostWhy(ctx, lp.Name, lp.Holder, lp.Token))
 	}
 	if err != nil {
 		return l, fmt.Errorf("extend lease %q: %w", lp.Name, b.MapErr(err))
@@ -102,9 +102,32 @@ func (b *Base) LeaseRelease(ctx context.Context, lp dialect.LeaseReleaseParams) 
 		return fmt.Errorf("release lease %q: %w", lp.Name, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("release lease %q (token %d): %w", lp.Name, lp.Token, dialect.ErrLeaseLost)
+		return fmt.Errorf("release lease %q (token %d): %w%s", lp.Name, lp.Token, dialect.ErrLeaseLost, b.lostWhy(ctx, lp.Name, lp.Holder, lp.Token))
 	}
 	return nil
+}
+
+// lostWhy reads a lease whose extend or release failed its fence and says
+// why, for the error: another holder name (a script run from another shell
+// has another default holder), a later token, or no live holder. Empty when
+// the read fails: the error stands without it.
+func (b *Base) lostWhy(ctx context.Context, name, holder string, token int64) string {
+	l := dialect.LeaseInfo{Name: name}
+	if err := scanLease(b.Pool.QueryRowContext(ctx, b.Lease.Get, name), &l, &l.Holder, &l.Token); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return ": no such lease"
+		}
+		return ""
+	}
+	switch {
+	case !l.Held():
+		return fmt.Sprintf(": it has no live holder (token %d expired or was released)", l.Token)
+	case l.Holder != holder:
+		return fmt.Sprintf(": it is held by %q (token %d), not by %q; give the holder it was acquired with (--holder, STAGEQ_LEASE_HOLDER)", l.Holder, l.Token, holder)
+	case l.Token != token:
+		return fmt.Sprintf(": %q holds it with token %d now", l.Holder, l.Token)
+	}
+	return ""
 }
 
 // LeaseList implements dialect.Scheduler.

@@ -212,6 +212,13 @@ func TestEnqueueWait(t *testing.T) {
 		}
 		qcExpect(t, dsn, ExitProcessFailed, "failed", "enqueue", "--process", "bad", "--max-attempts", "1", "--wait", "SELECT * FROM no_such_table")
 		qcExpect(t, dsn, 0, "", "status", "ok", "--watch")
+		// Discarded, it ends cancelled; the message points at the rows that say so.
+		qcExpect(t, dsn, 0, "", "discard", "--process", "bad")
+		code, out, errOut := qc(t, dsn, "status", "bad", "--watch")
+		if code != ExitProcessFailed || !strings.Contains(errOut, "see `queuectl logs --process bad --newest`") ||
+			!strings.HasSuffix(strings.TrimSpace(out), "process bad cancelled") {
+			t.Errorf("status --watch of a discarded process: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+		}
 	})
 }
 

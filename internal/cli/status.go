@@ -335,7 +335,7 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 			return nil
 		case dialect.ProcessCancelled:
 			finish()
-			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q was cancelled: an operator removed its remaining tasks (see `queuectl logs --process %s --outcome cancelled`)", name, cell(name, 0))}
+			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q was cancelled: an operator cancelled or discarded its remaining tasks (see `queuectl logs --process %s --newest`)", name, cell(name, 0))}
 		case dialect.ProcessFailed:
 			finish()
 			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q failed: a task failed for good (see `queuectl tasks --process %s --state failed`, then retry or discard it)", name, cell(name, 0))}
@@ -365,6 +365,9 @@ func summary(p dialect.ProcessStatus) string {
 	for _, s := range p.Stages {
 		parts = append(parts, fmt.Sprintf("stage %d: %d/%d done, %d running, %d pending, %d failed",
 			s.Order, s.Done, s.Total(), s.Running, s.Pending, s.Failed))
+	}
+	if len(parts) == 0 { // nothing left in the queue, nothing done
+		return fmt.Sprintf("process %s %s", cell(p.Name, 0), p.State)
 	}
 	return fmt.Sprintf("process %s %s; %s", cell(p.Name, 0), p.State, strings.Join(parts, "; "))
 }
