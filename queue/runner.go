@@ -31,7 +31,9 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 	bodyDone()
 	if finished {
 		w.cfg.Metrics.ended(t, dialect.OutcomeSucceeded, time.Since(began))
-		log(w.log.Info()).Dur("took", time.Since(began)).Msg("task succeeded")
+		// Its end committed with the body (an atomic task): logged as every
+		// other end is, for a filter on "task ended".
+		log(w.log.Info()).Str("outcome", string(dialect.OutcomeSucceeded)).Dur("took", time.Since(began)).Msg("task ended")
 		return
 	}
 

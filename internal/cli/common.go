@@ -158,12 +158,15 @@ func (l *logFlags) logger(stderr io.Writer) (zerolog.Logger, error) {
 		return zerolog.Nop(), usageErrorf("--log-level %q: use debug, info, warn or error", l.level)
 	}
 	var out io.Writer = stderr
+	f, isFile := stderr.(*os.File)
+	tty := isFile && isatty.IsTerminal(f.Fd())
 	switch l.format {
 	case "json":
 	case "console":
-		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
+		// Colours only on a terminal: a redirected log keeps plain text.
+		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !tty}
 	case "auto":
-		if f, ok := stderr.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		if tty {
 			out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}
 		}
 	default:

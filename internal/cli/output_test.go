@@ -179,3 +179,18 @@ func checkJSONStyle(t *testing.T, what string, v any) {
 		}
 	}
 }
+
+// TestConsoleLogsArePlainWhenRedirected: --log-format console writes no
+// colour codes where stderr is not a terminal (a file, a pipe).
+func TestConsoleLogsArePlainWhenRedirected(t *testing.T) {
+	var b strings.Builder
+	l := logFlags{level: "info", format: "console"}
+	lg, err := l.logger(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg.Info().Dur("took", 1500*time.Millisecond).Msg("task ended")
+	if strings.Contains(b.String(), "\x1b[") || !strings.Contains(b.String(), "took=1500") {
+		t.Errorf("console log to a buffer: %q; want plain text with took=1500", b.String())
+	}
+}
