@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +83,9 @@ func Explain(w dialect.TaskWait) []Reason {
 		if t.Kind != "sql" && len(w.KindWorkers) == 0 {
 			out = append(out, Reason{Code: "kind-worker", Text: fmt.Sprintf("No live worker runs kind %q: a worker claims only the kinds it can run (sql always, exec with --allow-exec, any other kind once a handler is registered with Worker.Handle). Start one that does; the task waits, its attempts untouched.", t.Kind)})
 		}
-		if w.Running >= w.LiveSlots {
+		// Busy slots matter only to a task nothing else holds back: beside a
+		// lower stage or a pause they are noise.
+		if w.Running >= w.LiveSlots && !slices.ContainsFunc(out, func(r Reason) bool { return r.Code == "lower-stage" || r.Code == "paused" }) {
 			out = append(out, Reason{Code: "capacity", Text: fmt.Sprintf("Every live worker slot is busy: %d task(s) running on %d slot(s) of %d live worker(s).", w.Running, w.LiveSlots, w.LiveWorkers)})
 		}
 	}

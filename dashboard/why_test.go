@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,4 +98,32 @@ func TestWhyHolders(t *testing.T) {
 			t.Errorf("queuectl why of an unknown task: exit %d, want 3: %s", code, out.String())
 		}
 	})
+}
+
+// TestWhyLeavesBusySlotsOutBesideAHardBlock: a task held back by a lower
+// stage or a pause is not also said to wait for a busy slot; one that only
+// waits for a slot is.
+func TestWhyLeavesBusySlotsOutBesideAHardBlock(t *testing.T) {
+	busy := dialect.TaskWait{LiveWorkers: 1, LiveSlots: 2, Running: 2}
+	busy.Task = dialect.TaskInfo{ID: 9, Process: "p", Order: 2, Kind: "sql", State: dialect.StateAvailable}
+	lower, paused := busy, busy
+	lower.Task.State = dialect.StateBlocked
+	lower.Lower, lower.LowerCount = []dialect.TaskRef{{ID: 4, Process: "p", Order: 1, State: dialect.StateFailed}}, 1
+	paused.Paused = true
+	for name, c := range map[string]struct {
+		w    dialect.TaskWait
+		want []string
+	}{
+		"only slots":  {busy, []string{"capacity"}},
+		"lower stage": {lower, []string{"lower-stage"}},
+		"paused":      {paused, []string{"paused"}},
+	} {
+		var got []string
+		for _, r := range dashboard.Explain(c.w) {
+			got = append(got, r.Code)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: reasons %v, want %v", name, got, c.want)
+		}
+	}
 }
