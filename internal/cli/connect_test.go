@@ -94,9 +94,11 @@ func TestConnectTimeout(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	cancel()
-	<-done
-	if out := logs.String(); !strings.Contains(out, `"attempt":2`) || strings.Contains(out, "S3cret") {
+	cancel() // as SIGTERM does: stopping is what was asked
+	if code := <-done; code != ExitOK {
+		t.Errorf("worker stopped while connecting: exit %d, want 0", code)
+	}
+	if out := logs.String(); !strings.Contains(out, `"attempt":2`) || !strings.Contains(out, "worker stopped before it connected") || strings.Contains(out, "S3cret") {
 		t.Errorf("worker log: %s", out)
 	}
 }

@@ -236,9 +236,9 @@ func TestEnqueueWaitSaysWhyItWaits(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := Execute(ctx, NewEnqueueCommand(), []string{"--dsn", dsn, "--process", "stuck", "--kind", "report", "--wait", "x"}, &out, &errb)
 		want := `No live worker runs kind "report"`
-		if code != ExitFailure || strings.Count(out.String(), want) != 1 || !strings.Contains(out.String(), "task 1 waits: ") {
+		if code != ExitInterrupted || strings.Count(out.String(), want) != 1 || !strings.Contains(out.String(), "task 1 waits: ") {
 			t.Errorf("enqueue --wait of a task no worker runs: exit %d; want %d (stopped by its deadline) and one line saying %q\nstdout: %s\nstderr: %s",
-				code, ExitFailure, want, out.String(), errb.String())
+				code, ExitInterrupted, want, out.String(), errb.String())
 		}
 	})
 }

@@ -27,6 +27,9 @@ const (
 	ExitNotFound      = 3 // the named process, task or limit does not exist
 	ExitWrongState    = 4 // not allowed in the current state (retry of a running task, …)
 	ExitProcessFailed = 5 // --wait / --watch: the process ended with a failed task, or was cancelled
+	// ExitInterrupted: --wait / --watch stopped following before the process
+	// ended (SIGINT, SIGTERM), as a shell reports a command that SIGINT ended.
+	ExitInterrupted = 130
 )
 
 // opError maps the dialect's sentinel errors to exit codes.
@@ -275,7 +278,7 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 		if err != nil {
 			finish()
 			if ctx.Err() != nil {
-				return exitCodeError{code: ExitFailure, err: fmt.Errorf("stopped following process %q: %w", name, ctx.Err())}
+				return exitCodeError{code: ExitInterrupted, err: fmt.Errorf("stopped following process %q: %w", name, ctx.Err())}
 			}
 			return opError(err)
 		}
@@ -343,7 +346,7 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 		select {
 		case <-ctx.Done():
 			finish()
-			return exitCodeError{code: ExitFailure, err: fmt.Errorf("stopped following process %q: %w", name, ctx.Err())}
+			return exitCodeError{code: ExitInterrupted, err: fmt.Errorf("stopped following process %q: %w", name, ctx.Err())}
 		case <-ticker.C:
 		}
 	}

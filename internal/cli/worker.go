@@ -59,6 +59,13 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 				return err
 			}
 			c, err := openWithRetry(ctx, dsn, migrate, log)
+			if err != nil && ctx.Err() != nil {
+				// Stopped (SIGTERM, SIGINT) while the database was waited
+				// for: nothing ran, and stopping is what was asked, as
+				// when a running worker is stopped.
+				log.Info().Err(err).Msg("worker stopped before it connected")
+				return nil
+			}
 			if err != nil {
 				return err
 			}
