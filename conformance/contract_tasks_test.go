@@ -271,8 +271,9 @@ func contractTaskRescueExpired(t *testing.T, db *testDB) {
 		t.Fatalf("a rescue with nothing expired: %d, %v; want 0", n, err)
 	}
 	for _, tk := range db.tasks(t, dialect.TaskFilter{Process: "c-rescue"}) {
-		if tk.Order == 1 && tk.State != dialect.StateAvailable {
-			t.Errorf("rescued task %d is %s; want available again (an abandon is not one of its max_attempts)", tk.ID, tk.State)
+		if tk.Order == 1 && (tk.State != dialect.StateAvailable || tk.Abandons != 1) {
+			t.Errorf("rescued task %d is %s with %d abandons; want available again, 1 abandon (not one of its max_attempts)",
+				tk.ID, tk.State, tk.Abandons)
 		}
 	}
 	logs := db.logs(t, dialect.LogFilter{Process: "c-rescue"})

@@ -435,6 +435,9 @@ type TaskInfo struct {
 	RunAt       time.Time `json:"run_at,omitzero"`
 	WorkerID    string    `json:"worker_id,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
+	// Abandons counts the attempts lost to infrastructure (a dead worker, a
+	// cut connection), which Attempt numbers but max_attempts does not count.
+	Abandons int `json:"abandons"`
 }
 
 // ProcessInfo is a row of Processes.

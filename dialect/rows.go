@@ -66,11 +66,11 @@ func ScanLogEntry(r *sql.Rows, e *LogEntry) error {
 }
 
 // ScanTaskInfo reads id, process, order, kind, body, state, attempt,
-// max_attempts, priority, run_at, worker, last error.
+// max_attempts, priority, run_at, worker, last error, abandons.
 func ScanTaskInfo(r *sql.Rows, t *TaskInfo) error {
 	var runAt TimeScan
 	if err := r.Scan(&t.ID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt,
-		&t.MaxAttempts, &t.Priority, &runAt, &t.WorkerID, &t.LastError); err != nil {
+		&t.MaxAttempts, &t.Priority, &runAt, &t.WorkerID, &t.LastError, &t.Abandons); err != nil {
 		return err
 	}
 	t.RunAt = runAt.Time

@@ -25,7 +25,7 @@ SELECT id, task_id, process_id, process_name, execution_order, kind, body, worke
 // taskListSQL reads tasks by process (tasksOf).
 var taskListSQL = `
 SELECT t.id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
-       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, '')
+       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), t.abandons
   FROM stageq.processes p CROSS JOIN LATERAL ` + tasksOf("p.id") + ` t
  WHERE ($1 = '' OR p.name = $1)
    AND ($2 = '' OR t.state = $2)

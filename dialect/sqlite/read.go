@@ -39,7 +39,7 @@ func parseNullTime(s sql.NullString) (*time.Time, error) {
 // In: process, state, limit.
 const taskListSQL = `
 SELECT t.id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
-       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, '')
+       t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), t.abandons
   FROM stageq_tasks t JOIN stageq_processes p ON p.id = t.process_id
  WHERE (?1 = '' OR p.name = ?1)
    AND (?2 = '' OR t.state = ?2)

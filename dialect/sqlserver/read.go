@@ -47,7 +47,7 @@ DECLARE @Process nvarchar(400) = @pProcess,
         @State varchar(20) = @pState,
         @Limit int = @pLimit;
 SELECT TOP (@Limit) t.id, t.process_name, t.execution_order, t.kind, t.body, t.state, t.attempt,
-       t.max_attempts, t.priority, t.run_at, COALESCE(t.worker_id, N''), COALESCE(t.last_error, N'')
+       t.max_attempts, t.priority, t.run_at, COALESCE(t.worker_id, N''), COALESCE(t.last_error, N''), t.abandons
   FROM stageq.Tasks AS t
  WHERE (@Process = N'' OR t.process_name = @Process)
    AND (@State = '' OR t.state = @State)

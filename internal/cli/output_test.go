@@ -194,3 +194,17 @@ func TestConsoleLogsArePlainWhenRedirected(t *testing.T) {
 		t.Errorf("console log to a buffer: %q; want plain text with took=1500", b.String())
 	}
 }
+
+// TestAttemptsNameTheAbandoned: a task whose attempt number passed its
+// max_attempts through abandoned attempts says so, where "2/1" alone reads
+// as past its limit.
+func TestAttemptsNameTheAbandoned(t *testing.T) {
+	for want, task := range map[string]dialect.TaskInfo{
+		"1/3":                            {Attempt: 1, MaxAttempts: 3},
+		"2/1 (1 abandoned, not counted)": {Attempt: 2, MaxAttempts: 1, Abandons: 1},
+	} {
+		if got := attempts(task); got != want {
+			t.Errorf("attempts(%+v) = %q, want %q", task, got, want)
+		}
+	}
+}

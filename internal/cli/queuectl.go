@@ -131,8 +131,8 @@ func newTasksCommand(dsn *string) *cobra.Command {
 				return err
 			}
 			return writeList(cmd.OutOrStdout(), asJSON, tasks, "TASK\tPROCESS\tORDER\tSTATE\tATTEMPT\tRUN AT\tWORKER\tBODY\tLAST ERROR", func(t dialect.TaskInfo) string {
-				return fmt.Sprintf("%d\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s\t%s", t.ID, cell(t.Process, 40), t.Order, t.State,
-					t.Attempt, t.MaxAttempts, tableTime(t.RunAt), cell(t.WorkerID, 60), cell(t.Body, 40), cell(t.LastError, 60))
+				return fmt.Sprintf("%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s", t.ID, cell(t.Process, 40), t.Order, t.State,
+					attempts(t), tableTime(t.RunAt), cell(t.WorkerID, 60), cell(t.Body, 40), cell(t.LastError, 60))
 			})
 		}),
 	}
@@ -150,4 +150,14 @@ func joinOutcomes(os []dialect.Outcome) string {
 		s[i] = string(o)
 	}
 	return strings.Join(s, ", ")
+}
+
+// attempts is a task's attempt of its max_attempts, and the attempts lost to
+// infrastructure, which its number counts and max_attempts does not: "2/1"
+// alone reads as past its limit.
+func attempts(t dialect.TaskInfo) string {
+	if t.Abandons == 0 {
+		return fmt.Sprintf("%d/%d", t.Attempt, t.MaxAttempts)
+	}
+	return fmt.Sprintf("%d/%d (%d abandoned, not counted)", t.Attempt, t.MaxAttempts, t.Abandons)
 }
