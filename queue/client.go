@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -134,4 +135,37 @@ func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, p stages.Plan) (Resul
 // Logs reads the Logs trail, oldest first.
 func (c *Client) Logs(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEntry, error) {
 	return c.d.LogList(ctx, f)
+}
+
+// Wait polls a process every interval (500 ms when 0) until it has ended,
+// and returns it then: succeeded, cancelled (an operator removed what was
+// left), or failed (a task failed for good; an operator's retry or discard
+// can still move it on). If ctx ends first it returns ctx's error with the
+// process as last read; dialect.ErrNotFound for a process that does not
+// exist.
+func (c *Client) Wait(ctx context.Context, process string, interval time.Duration) (dialect.ProcessInfo, error) {
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last dialect.ProcessInfo // the last read, returned when ctx ends
+	for {
+		p, err := c.d.ProcessGet(ctx, process)
+		if err != nil && ctx.Err() != nil {
+			return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
+		}
+		if err != nil {
+			return p, fmt.Errorf("wait for process %q: %w", process, err)
+		}
+		if p.State != dialect.ProcessActive {
+			return p, nil
+		}
+		last = p
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
+		case <-t.C:
+		}
+	}
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // A program that embeds stageq: enqueue a two-stage plan of Go-handled tasks,
-// run a worker until the queue is idle, and read the audit trail.
+// run a worker, wait for the process to end, and read the audit trail.
 func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "stageq-example-")
@@ -40,7 +40,7 @@ func Example() {
 		panic(err)
 	}
 
-	worker, err := queue.NewWorker(client, queue.WorkerConfig{Concurrency: 2, ExitWhenIdle: 200 * time.Millisecond})
+	worker, err := queue.NewWorker(client, queue.WorkerConfig{Concurrency: 2})
 	if err != nil {
 		panic(err)
 	}
@@ -52,14 +52,25 @@ func Example() {
 		greeted[t.Order] = append(greeted[t.Order], t.Body)
 		return nil
 	})
-	if err := worker.Run(ctx); err != nil { // returns once idle for 200ms
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(wctx) }() // until stopped
+
+	p, err := client.Wait(ctx, "greetings", 20*time.Millisecond) // until the process ends
+	if err != nil {
+		panic(err)
+	}
+	stop()
+	if err := <-done; err != nil {
 		panic(err)
 	}
 
+	fmt.Println("process", p.Name, p.State)
 	fmt.Println("stage 100 greeted", len(greeted[100]), "people; stage 200 greeted", greeted[200])
 	logs, _ := client.Logs(ctx, dialect.LogFilter{Process: "greetings"})
 	fmt.Println(len(logs), "attempts in Logs")
 	// Output:
+	// process greetings succeeded
 	// stage 100 greeted 2 people; stage 200 greeted [everyone]
 	// 3 attempts in Logs
 }
