@@ -52,7 +52,6 @@ func (p *Postgres) base() sqlbase.Base {
 			AuditTask:       auditTaskSQL,
 			RetryTask:       retryTaskSQL,
 			DeleteTask:      deleteTaskSQL,
-			MarkCancelled:   markCancelledSQL,
 			ProcessList:     processListSQL,
 			StageCount:      stageCountSQL,
 			StageDone:       stageDoneSQL,

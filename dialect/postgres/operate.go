@@ -70,9 +70,6 @@ SELECT t.id, t.process_id, ` + auditNameSQL + `, t.execution_order, t.kind, t.bo
                 (SELECT l.process_name FROM stageq.logs l WHERE l.process_id = t.process_id
                   ORDER BY l.started_at DESC LIMIT 1),
                 'process ' || t.process_id || ' (deleted)')`
-	// A process that a cancel or discard emptied ended without doing all its
-	// work; open_stage has just marked it succeeded. In: process id.
-	markCancelledSQL = `UPDATE stageq.processes SET state = 'cancelled' WHERE id = $1 AND state = 'succeeded'`
 )
 
 // processPage selects the processes a list shows, by name, with the columns

@@ -169,9 +169,6 @@ type Statements struct {
 	AuditTask string
 	// RetryTask and DeleteTask change one task. In: task id.
 	RetryTask, DeleteTask string
-	// MarkCancelled marks a process that a removal emptied (OpenStage has just
-	// called it succeeded) cancelled instead. In: process id.
-	MarkCancelled string
 
 	// ProcessList, StageCount and StageDone are dialect.CollectProcessStatus's.
 	ProcessList, StageCount, StageDone string

@@ -10,9 +10,10 @@ import (
 )
 
 // withProcess locks the named process in a transaction and runs fn with its id;
-// afterwards it re-derives the process's stage and, when then is not nil, runs
-// then in the same transaction (a removal's markCancelled).
-func (b *Base) withProcess(ctx context.Context, tx *sql.Tx, name string, fn, then func(q dialect.Querier, id int64) error) error {
+// afterwards it re-derives the process's stage. A removal that emptied the
+// process ends it there: OpenStage ends it cancelled when an operator's row
+// is its newest in Logs (the audit rows fn wrote).
+func (b *Base) withProcess(ctx context.Context, tx *sql.Tx, name string, fn func(q dialect.Querier, id int64) error) error {
 	return b.InTx(ctx, tx, func(q dialect.Querier) error {
 		var id int64
 		err := q.QueryRowContext(ctx, b.SQL.LockProcess, name).Scan(&id)
@@ -28,23 +29,8 @@ func (b *Base) withProcess(ctx context.Context, tx *sql.Tx, name string, fn, the
 		if err := b.OpenStage(ctx, q, id); err != nil {
 			return fmt.Errorf("process %q: open stage: %w", name, err)
 		}
-		if then != nil {
-			return then(q, id)
-		}
 		return nil
 	})
-}
-
-// markCancelled, after a removal, marks the process cancelled if OpenStage
-// found it empty.
-func (b *Base) markCancelled(ctx context.Context, q dialect.Querier, id int64, o dialect.Outcome) error {
-	if o == dialect.OutcomeRetried {
-		return nil
-	}
-	if _, err := q.ExecContext(ctx, b.SQL.MarkCancelled, id); err != nil {
-		return fmt.Errorf("mark process cancelled: %w", b.MapErr(err))
-	}
-	return nil
 }
 
 // audit runs one of the audit statements, whose parameters are always the
@@ -66,7 +52,7 @@ func (b *Base) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s 
 			return fmt.Errorf("configure process %q: %w", name, err)
 		}
 		return nil
-	}, nil)
+	})
 }
 
 // ProcessSetPaused implements dialect.Operator.
@@ -76,7 +62,7 @@ func (b *Base) ProcessSetPaused(ctx context.Context, name string, paused bool) e
 			return fmt.Errorf("pause process %q: %w", name, b.MapErr(err))
 		}
 		return nil
-	}, nil)
+	})
 }
 
 // processBulk audits and runs one bulk statement on the failed tasks of a
@@ -96,7 +82,7 @@ func (b *Base) processBulk(ctx context.Context, name, stmt, what string, o diale
 			return fmt.Errorf("%s process %q: %w: it has no failed tasks", what, name, dialect.ErrWrongState)
 		}
 		return nil
-	}, func(q dialect.Querier, id int64) error { return b.markCancelled(ctx, q, id, o) })
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -136,7 +122,7 @@ func (b *Base) ProcessCancel(ctx context.Context, name string) (removed, running
 			return fmt.Errorf("cancel process %q: %w: it has no waiting or failed tasks (%d running)", name, dialect.ErrWrongState, running)
 		}
 		return nil
-	}, func(q dialect.Querier, id int64) error { return b.markCancelled(ctx, q, id, o) })
+	})
 	return removed, running, err
 }
 
@@ -187,9 +173,6 @@ func (b *Base) withTask(ctx context.Context, id int64, allow func(state, worker 
 		}
 		if err := b.OpenStage(ctx, q, pid); err != nil {
 			return fmt.Errorf("task %d: open stage: %w", id, err)
-		}
-		if err := b.markCancelled(ctx, q, pid, o); err != nil {
-			return fmt.Errorf("task %d: %w", id, err)
 		}
 		return nil
 	})

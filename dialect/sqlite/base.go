@@ -44,7 +44,6 @@ func (s *SQLite) base() sqlbase.Base {
 			AuditTask:       opAuditTaskSQL,
 			RetryTask:       opRetryTaskSQL,
 			DeleteTask:      opDeleteTaskSQL,
-			MarkCancelled:   opMarkCancelledSQL,
 			ProcessList:     opProcessListSQL,
 			StageCount:      opStageCountSQL,
 			StageDone:       opStageDoneSQL,

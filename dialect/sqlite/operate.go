@@ -75,9 +75,6 @@ SELECT t.id, t.process_id, ` + opAuditNameSQL + `, t.execution_order, t.kind, t.
 	// opProcessByIDSQL reads a process back by id (sqlbase's LockProcessByID;
 	// the write transaction is the lock). In: id. Out: id.
 	opProcessByIDSQL = `SELECT id FROM stageq_processes WHERE id = ?`
-	// A process that a cancel or discard emptied ended without doing all its
-	// work; openStage has just marked it succeeded. In: process id.
-	opMarkCancelledSQL = `UPDATE stageq_processes SET state = 'cancelled' WHERE id = ? AND state = 'succeeded'`
 
 	// Status queries; in: name ("" for all), include succeeded, at most this
 	// many processes (processPage).

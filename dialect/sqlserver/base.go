@@ -57,7 +57,6 @@ func (d *SQLServer) newBase() sqlbase.Base {
 			AuditTask:       auditTaskSQL,
 			RetryTask:       retryTaskSQL,
 			DeleteTask:      deleteTaskSQL,
-			MarkCancelled:   markCancelledSQL,
 			ProcessList:     processListSQL,
 			StageCount:      stageCountSQL,
 			StageDone:       stageDoneSQL,

@@ -35,7 +35,6 @@ var baseArgs = map[string][]struct {
 	"audit task":         {{"pTaskId", int64(0)}, {"pWho", ""}, {"pOutcome", ""}, {"pNote", ""}},
 	"retry task":         {{"pTaskId", int64(0)}},
 	"delete task":        {{"pTaskId", int64(0)}},
-	"mark cancelled":     {{"pProcessId", int64(0)}},
 	"log list": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
 		{"pSince", time.Time{}}, {"pLimit", 0}, {"pAfterId", int64(0)}, {"pProcessId", int64(0)}},
 	"log list, newest": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},

@@ -214,13 +214,6 @@ SET NOCOUNT ON;
 DECLARE @TaskId bigint = @pTaskId;
 DELETE t FROM stageq.Tasks AS t WITH (ROWLOCK, INDEX(PK_Tasks)) WHERE t.id = @TaskId;`
 
-// markCancelledSQL marks a process that a removal emptied (OpenStage has just
-// called it succeeded) cancelled instead. In: process id.
-const markCancelledSQL = `
-SET NOCOUNT ON;
-DECLARE @Pid bigint = @pProcessId;
-UPDATE stageq.Processes SET state = 'cancelled' WHERE id = @Pid AND state = 'succeeded';`
-
 // openStageSQL recounts a process's failed tasks and re-derives its stage
 // (stageq.OpenStage), after an operator's change to its tasks. In: process id.
 const openStageSQL = `

@@ -84,7 +84,6 @@ var statements = []statement{
 	{name: "audit task", sql: auditTaskSQL},
 	{name: "retry task", sql: retryTaskSQL},
 	{name: "delete task", sql: deleteTaskSQL},
-	{name: "mark cancelled", sql: markCancelledSQL},
 	{name: "open stage", sql: openStageSQL},
 	{name: "configure", sql: configureSQL},
 	{name: "process list", sql: processListSQL},
