@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -336,7 +337,11 @@ func contractWhere(t *testing.T, db *testDB) {
 	if db.Dialect == "sqlserver" {
 		name = u.Query().Get("database")
 	}
-	want := db.Dialect + " " + u.User.Username() + "@" + u.Host + "/" + name
+	host := u.Host
+	if db.Dialect == "postgres" && u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "5432") // pgx's default, which Where names
+	}
+	want := db.Dialect + " " + u.User.Username() + "@" + host + "/" + name
 	if where != want {
 		t.Errorf("Where() = %q, want %q", where, want)
 	}

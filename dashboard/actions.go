@@ -135,7 +135,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 		if def.value {
 			title = fmt.Sprintf("Set limit %s to %d?", target, value)
 		}
-		v := view{Title: "Confirm", CSRF: r.PostFormValue("csrf"), ReadOnly: false, Database: s.d.Where(), Path: back,
+		v := view{Title: "Confirm", CSRF: r.PostFormValue("csrf"), ReadOnly: false, Path: back,
 			Data: map[string]any{"Question": title, "Detail": def.Detail, "Action": name, "Target": target,
 				"Value": r.PostFormValue("value"), "HasValue": def.value, "Back": back}}
 		s.render(w, r, "confirm", v, http.StatusOK)

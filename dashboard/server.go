@@ -255,34 +255,34 @@ var funcs = template.FuncMap{
 	},
 	// query builds a query string from pairs, leaving out empty values; it is
 	// a template.URL so the template does not escape it a second time.
-	"query": func(kv ...string) template.URL {
-		v := url.Values{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i+1] != "" {
-				v.Set(kv[i], kv[i+1])
-			}
-		}
-		return template.URL(v.Encode())
-	},
+	"query": func(kv ...string) template.URL { return template.URL(pairs(kv...).Encode()) },
 }
 
 // processURL is a process page's address, with query pairs kv. A process
 // is named in the path, except "." and "..": browsers resolve those segments
 // (escaped ones too) before sending, so their page is asked for by query.
 func processURL(name string, kv ...string) template.URL {
-	q := url.Values{}
+	q := pairs(kv...)
 	base := "/process/" + url.PathEscape(name)
 	if name == "." || name == ".." {
 		base = "/process"
 		q.Set("name", name)
 	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		q.Set(kv[i], kv[i+1])
-	}
 	if len(q) == 0 {
 		return template.URL(base)
 	}
 	return template.URL(base + "?" + q.Encode())
+}
+
+// pairs is a query of key, value pairs, those with an empty value left out.
+func pairs(kv ...string) url.Values {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			v.Set(kv[i], kv[i+1])
+		}
+	}
+	return v
 }
 
 func (s *Server) parse() error {
@@ -310,7 +310,7 @@ type view struct {
 	Nav      string
 	CSRF     string
 	ReadOnly bool
-	Database string // dialect.Dialect.Where: which queue this dashboard shows
+	Database string // dialect.Dialect.Where: which queue this dashboard shows (render sets it)
 	Refresh  int    // milliseconds; 0 turns polling off
 	Flash    string
 	Path     string
@@ -328,7 +328,7 @@ func (s *Server) page(name string, h func(r *http.Request) (string, any, error))
 			s.fail(w, r, err)
 			return
 		}
-		v := view{Title: title, Nav: name, CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Database: s.d.Where(),
+		v := view{Title: title, Nav: name, CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly,
 			Refresh: int(s.cfg.Refresh.Milliseconds()), Path: r.URL.RequestURI(), Now: time.Now(), Data: data}
 		if c, err := r.Cookie("stageq_flash"); err == nil {
 			v.Flash, _ = url.QueryUnescape(c.Value)
@@ -339,6 +339,7 @@ func (s *Server) page(name string, h func(r *http.Request) (string, any, error))
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, v view, status int) {
+	v.Database = s.d.Where()
 	t := s.pages[name]
 	block := "layout.html"
 	if r.Header.Get("X-Stageq-Partial") != "" {
@@ -370,7 +371,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusGatewayTimeout
 		err = fmt.Errorf("the database did not answer within %s (--request-timeout): %w", s.cfg.RequestTimeout, err)
 	}
-	v := view{Title: "Error", CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Database: s.d.Where(), Path: r.URL.RequestURI(),
+	v := view{Title: "Error", CSRF: s.csrfToken(s.session(w, r)), ReadOnly: s.cfg.ReadOnly, Path: r.URL.RequestURI(),
 		Now: time.Now(), Data: map[string]any{"Status": status, "Error": err.Error(), "Back": backURL(r)}}
 	s.render(w, r, "error", v, status)
 }

@@ -269,8 +269,8 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	var (
-		seen      string    // the process as last read, to tell when it stands still
-		stillFrom time.Time // since when it has
+		stillFrom time.Time // since when the process has stood still (last unchanged)
+		asked     bool      // whether note was asked while it has
 		noted     string    // the last note printed
 	)
 	for {
@@ -283,6 +283,11 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 			return opError(err)
 		}
 		p := ps[0]
+		line := summary(p)
+		changed := line != last
+		if changed {
+			last, stillFrom, asked = line, time.Now(), false
+		}
 		switch {
 		case tty:
 			mu.Lock()
@@ -304,22 +309,15 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 					b.SetTotal(-1, true)
 				}
 			}
-		default:
-			line := summary(p)
-			if line != last {
-				if asJSON {
-					if err := writeJSONLine(w, p); err != nil {
-						return err
-					}
-				} else {
-					fmt.Fprintln(w, time.Now().Format(time.TimeOnly), line)
-				}
-				last = line
+		case changed && asJSON:
+			if err := writeJSONLine(w, p); err != nil {
+				return err
 			}
+		case changed:
+			fmt.Fprintln(w, time.Now().Format(time.TimeOnly), line)
 		}
-		if now := summary(p); now != seen {
-			seen, stillFrom = now, time.Now()
-		} else if note != nil && !asJSON && time.Since(stillFrom) >= stuckAfter && p.State == dialect.ProcessActive && running(p) == 0 {
+		if !changed && !asked && note != nil && !asJSON && time.Since(stillFrom) >= stuckAfter && p.State == dialect.ProcessActive && running(p) == 0 {
+			asked = true // once while it stands still: a note costs several reads
 			if n := note(ctx); n != "" && n != noted {
 				out := w
 				if progress != nil {
