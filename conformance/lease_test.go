@@ -348,6 +348,14 @@ func TestLeaseCLI(t *testing.T) {
 		if code, _, stderr := q("release", "nightly", "--token", "1", "--holder", "script-1"); code != 0 {
 			t.Errorf("release: exit %d, %q", code, stderr)
 		}
+		if code, _, stderr := q("extend", "nightly", "--token", "1", "--holder", "script-1"); code != 1 ||
+			!strings.Contains(stderr, "it has no live holder (token 1 expired or was released)") {
+			t.Errorf("extend after release: exit %d, %q", code, stderr)
+		}
+		if code, _, stderr := q("release", "no-such-lease", "--token", "1", "--holder", "script-1"); code != 1 ||
+			!strings.Contains(stderr, "lease lost: no longer held with this token: no such lease") {
+			t.Errorf("release of a lease never acquired: exit %d, %q", code, stderr)
+		}
 		if code, stdout, _ := q("acquire", "nightly", "--holder", "script-2"); code != 0 || strings.TrimSpace(stdout) != "2" {
 			t.Errorf("acquire after release: exit %d, token %q; want 2", code, stdout)
 		}
