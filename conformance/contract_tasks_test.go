@@ -275,6 +275,13 @@ func contractTaskRescueExpired(t *testing.T, db *testDB) {
 			t.Errorf("rescued task %d is %s with %d abandons; want available again, 1 abandon (not one of its max_attempts)",
 				tk.ID, tk.State, tk.Abandons)
 		}
+		if tk.Order != 1 {
+			continue
+		}
+		// The task page and queuectl why read the task on their own.
+		if w, err := db.D.(dialect.Inspector).TaskWait(ctx, tk.ID, time.Minute); err != nil || w.Task.Abandons != 1 {
+			t.Errorf("TaskWait of rescued task %d: %d abandons, %v; want 1", tk.ID, w.Task.Abandons, err)
+		}
 	}
 	logs := db.logs(t, dialect.LogFilter{Process: "c-rescue"})
 	if len(logs) != 2 || countOutcome(logs, dialect.OutcomeAbandoned) != 2 {

@@ -30,9 +30,9 @@ func Explain(w dialect.TaskWait) []Reason {
 	t := w.Task
 	switch t.State {
 	case dialect.StateRunning:
-		return []Reason{{Code: "running", Text: fmt.Sprintf("It is running on worker %s (attempt %d of %d): it is not waiting.", t.WorkerID, t.Attempt, t.MaxAttempts)}}
+		return []Reason{{Code: "running", Text: fmt.Sprintf("It is running on worker %s, attempt %s: it is not waiting.", t.WorkerID, AttemptOf(t))}}
 	case dialect.StateFailed:
-		msg := fmt.Sprintf("It failed for good after %d of %d attempts", t.Attempt, t.MaxAttempts)
+		msg := fmt.Sprintf("It failed for good after attempt %s", AttemptOf(t))
 		if t.LastError != "" {
 			msg += ": " + clip(t.LastError, 200)
 		}
@@ -131,4 +131,14 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// AttemptOf is a task's attempt of its max_attempts, with the attempts lost to
+// infrastructure that its number counts and max_attempts does not ("2 of 1"
+// alone reads as past its limit).
+func AttemptOf(t dialect.TaskInfo) string {
+	if t.Abandons == 0 {
+		return fmt.Sprintf("%d of %d", t.Attempt, t.MaxAttempts)
+	}
+	return fmt.Sprintf("%d of %d (%d abandoned, not counted)", t.Attempt, t.MaxAttempts, t.Abandons)
 }

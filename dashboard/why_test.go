@@ -127,3 +127,19 @@ func TestWhyLeavesBusySlotsOutBesideAHardBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestWhyNamesAbandonedAttempts: a task whose attempt number passed its
+// max_attempts through attempts lost to infrastructure says so, where
+// "attempt 2 of 1" alone reads as past its limit.
+func TestWhyNamesAbandonedAttempts(t *testing.T) {
+	for want, task := range map[string]dialect.TaskInfo{
+		"It is running on worker w, attempt 1 of 3: it is not waiting.":                            {State: dialect.StateRunning, WorkerID: "w", Attempt: 1, MaxAttempts: 3},
+		"It is running on worker w, attempt 2 of 1 (1 abandoned, not counted): it is not waiting.": {State: dialect.StateRunning, WorkerID: "w", Attempt: 2, MaxAttempts: 1, Abandons: 1},
+		"It failed for good after attempt 3 of 2 (1 abandoned, not counted): boom.":                {State: dialect.StateFailed, Attempt: 3, MaxAttempts: 2, Abandons: 1, LastError: "boom", ID: 7, Process: "p"},
+	} {
+		r := dashboard.Explain(dialect.TaskWait{Task: task})
+		if len(r) != 1 || !strings.HasPrefix(r[0].Text, want) {
+			t.Errorf("Explain(%+v) = %+v; want one reason starting %q", task, r, want)
+		}
+	}
+}

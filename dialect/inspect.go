@@ -105,7 +105,7 @@ type StateCount struct {
 type WaitStatements struct {
 	// Task: in id. Out: id, process_id, process name, execution_order, kind,
 	// body, state, attempt, max_attempts, priority, run_at, worker_id ('' for
-	// none), last_error (''), limit_key (''), process state, paused,
+	// none), last_error (''), limit_key (''), abandons, process state, paused,
 	// max_parallel, current_order, the database's now.
 	Task string
 	// Lower: in process_id, execution_order, max rows. Out per task, lowest order
@@ -192,7 +192,7 @@ func CollectTaskWait(ctx context.Context, q Querier, st WaitStatements, id int64
 // to processes p.
 const WaitTaskCols = `t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
        t.priority, t.run_at, coalesce(t.worker_id, ''), coalesce(t.last_error, ''), coalesce(t.limit_key, ''),
-       p.state, p.paused, p.max_parallel, p.current_order`
+       t.abandons, p.state, p.paused, p.max_parallel, p.current_order`
 
 // ScanWaitTask reads the row of WaitStatements.Task into w.
 func ScanWaitTask(scan func(dest ...any) error, w *TaskWait) error {
@@ -200,7 +200,7 @@ func ScanWaitTask(scan func(dest ...any) error, w *TaskWait) error {
 	var runAt, now TimeScan
 	var maxPar, cur sql.NullInt64
 	if err := scan(&t.ID, &w.ProcessID, &t.Process, &t.Order, &t.Kind, &t.Body, &t.State, &t.Attempt, &t.MaxAttempts,
-		&t.Priority, &runAt, &t.WorkerID, &t.LastError, &w.LimitKey, &w.ProcessState, &w.Paused, &maxPar, &cur, &now); err != nil {
+		&t.Priority, &runAt, &t.WorkerID, &t.LastError, &w.LimitKey, &t.Abandons, &w.ProcessState, &w.Paused, &maxPar, &cur, &now); err != nil {
 		return err
 	}
 	t.RunAt, w.Now = runAt.Time, now.Time

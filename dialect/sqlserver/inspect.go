@@ -36,7 +36,7 @@ SELECT @ProcessId = t.process_id, @Order = t.execution_order, @Kind = t.kind, @L
  WHERE t.id = @TaskId;
 SELECT t.id, t.process_id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.max_attempts,
        t.priority, t.run_at, COALESCE(t.worker_id, N''), COALESCE(t.last_error, N''), COALESCE(t.limit_key, N''),
-       p.state, p.paused, p.max_parallel, p.current_order, @Now
+       t.abandons, p.state, p.paused, p.max_parallel, p.current_order, @Now
   FROM stageq.Tasks AS t JOIN stageq.Processes AS p ON p.id = t.process_id
  WHERE t.id = @TaskId;
 SELECT TOP (@Max) t.id, t.process_name, t.execution_order, t.state, COALESCE(t.worker_id, N''), t.run_at, t.attempt, COUNT(*) OVER ()

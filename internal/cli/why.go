@@ -58,7 +58,7 @@ no live worker. Exit code 3 when the task is no longer in the queue.`,
 			// Names and reasons (which quote a task's error) come from whoever
 			// enqueued or ran the task: escaped as in tables, so that they can
 			// neither drive the terminal nor forge a line.
-			fmt.Fprintf(out, "task %d (process %s, order %d, kind %s) is %s, attempt %d of %d\n", t.ID, cell(t.Process, 0), t.Order, cell(t.Kind, 0), t.State, t.Attempt, t.MaxAttempts)
+			fmt.Fprintf(out, "task %d (process %s, order %d, kind %s) is %s, attempt %s\n", t.ID, cell(t.Process, 0), t.Order, cell(t.Kind, 0), t.State, dashboard.AttemptOf(t))
 			for _, r := range reasons {
 				fmt.Fprintf(out, "- %s\n", cell(r.Text, 0))
 				for _, ref := range r.Tasks {
