@@ -189,8 +189,8 @@ func TestScheduleClusterExactlyOnce(t *testing.T) {
 		// The history agrees, and the racing was real: several workers enqueued.
 		enqueuers := map[string]int{}
 		for _, r := range schedRuns(t, db, "tick") {
-			if r.Outcome != dialect.RunEnqueued {
-				t.Errorf("tick %s: outcome %s, want enqueued", r.ScheduledFor, r.Outcome)
+			if r.Outcome != dialect.RunEnqueued || r.ProcessID == 0 || r.Process == "" {
+				t.Errorf("tick %s: outcome %s, process %q (id %d); want enqueued, to a process named", r.ScheduledFor, r.Outcome, r.Process, r.ProcessID)
 			}
 			if ticks[r.ScheduledFor.UTC()] != 1 {
 				t.Errorf("history tick %s has %d tasks", r.ScheduledFor, ticks[r.ScheduledFor.UTC()])

@@ -117,11 +117,11 @@ func ScanSchedule(scan func(dest ...any) error) (ScheduleInfo, error) {
 	return s, nil
 }
 
-// ScanScheduleRun reads scheduled_for, outcome, process id, task count, worker,
-// fired_at.
+// ScanScheduleRun reads scheduled_for, outcome, process id, process name (”:
+// pruned or none), task count, worker, fired_at.
 func ScanScheduleRun(r *sql.Rows, run *ScheduleRun) error {
 	var at, fired TimeScan
-	if err := r.Scan(&at, &run.Outcome, &run.ProcessID, &run.TaskCount, &run.WorkerID, &fired); err != nil {
+	if err := r.Scan(&at, &run.Outcome, &run.ProcessID, &run.Process, &run.TaskCount, &run.WorkerID, &fired); err != nil {
 		return err
 	}
 	run.ScheduledFor, run.FiredAt = at.Time, fired.Time

@@ -232,9 +232,11 @@ type ScheduleRun struct {
 	ScheduledFor time.Time `json:"scheduled_for"`
 	Outcome      string    `json:"outcome"`
 	ProcessID    int64     `json:"process_id,omitempty"`
-	TaskCount    int       `json:"task_count"`
-	WorkerID     string    `json:"worker_id"`
-	FiredAt      time.Time `json:"fired_at,omitzero"`
+	// Process is the run's process name while retention keeps the process.
+	Process   string    `json:"process,omitempty"`
+	TaskCount int       `json:"task_count"`
+	WorkerID  string    `json:"worker_id"`
+	FiredAt   time.Time `json:"fired_at,omitzero"`
 }
 
 // LeaseAcquireParams asks for an exclusive lease.

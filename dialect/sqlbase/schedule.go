@@ -46,7 +46,8 @@ type ScheduleStatements struct {
 	// NextDue: out the earliest unpaused next_run (NULL: none) and the
 	// database's now.
 	NextDue string
-	// RunList: in schedule name, limit. Out: its runs, newest first.
+	// RunList: in schedule name, limit. Out: its runs, newest first, each
+	// with its process's name ('' once pruned) after the process id.
 	RunList string
 	// ClockNow: out the database's now.
 	ClockNow string

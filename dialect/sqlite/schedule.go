@@ -83,8 +83,9 @@ UPDATE stageq_schedules
 
 	// In: schedule name, limit. Out: its runs, newest first (reversed by the caller).
 	RunList: `
-SELECT r.scheduled_for, r.outcome, coalesce(r.process_id, 0), r.task_count, r.worker_id, r.fired_at
+SELECT r.scheduled_for, r.outcome, coalesce(r.process_id, 0), coalesce(p.name, ''), r.task_count, r.worker_id, r.fired_at
   FROM stageq_schedule_runs r JOIN stageq_schedules s ON s.id = r.schedule_id
+  LEFT JOIN stageq_processes p ON p.id = r.process_id
  WHERE s.name = ?
  ORDER BY r.scheduled_for DESC
  LIMIT ?`,

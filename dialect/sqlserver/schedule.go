@@ -236,14 +236,17 @@ SELECT MIN(s.next_run), SYSUTCDATETIME()
  WHERE s.paused = 0;`
 
 // scheduleRunListSQL reads a schedule's runs, newest first (the caller reverses
-// them). In: schedule name, row limit. Out: runs.
+// them), with the name of each run's process while retention keeps it. In:
+// schedule name, row limit. Out: runs.
 const scheduleRunListSQL = `
 SET NOCOUNT ON;
 DECLARE @Name nvarchar(400) = @pName,
         @Limit int = @pLimit;
-SELECT TOP (@Limit) r.scheduled_for, r.outcome, COALESCE(r.process_id, 0), r.task_count, r.worker_id, r.fired_at
+SELECT TOP (@Limit) r.scheduled_for, r.outcome, COALESCE(r.process_id, 0), COALESCE(p.name, N''), r.task_count,
+       r.worker_id, r.fired_at
   FROM stageq.ScheduleRuns AS r
   JOIN stageq.Schedules AS s ON s.id = r.schedule_id
+  LEFT JOIN stageq.Processes AS p ON p.id = r.process_id
  WHERE s.name = @Name
  ORDER BY r.scheduled_for DESC;`
 

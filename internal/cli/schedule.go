@@ -284,8 +284,8 @@ func newScheduleRunsCommand(dsn *string) *cobra.Command {
 				}
 			}
 			return writeList(cmd.OutOrStdout(), asJSON, runs, "SCHEDULED FOR\tOUTCOME\tTASKS\tPROCESS\tWORKER\tFIRED AT", func(r dialect.ScheduleRun) string {
-				return fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
-					r.Outcome, r.TaskCount, r.ProcessID, cell(r.WorkerID, 60), tableTime(r.FiredAt))
+				return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", r.ScheduledFor.Local().Format("2006-01-02 15:04:05.000"),
+					r.Outcome, r.TaskCount, runProcess(r), cell(r.WorkerID, 60), tableTime(r.FiredAt))
 			})
 		}),
 	}
@@ -368,4 +368,16 @@ func printSchedulerStatus(ctx context.Context, d dialect.Scheduler, w io.Writer)
 		}
 	}
 	return tw.Flush()
+}
+
+// runProcess names a run's process: by name while retention keeps it, else by
+// id; "-" for a run that enqueued nothing.
+func runProcess(r dialect.ScheduleRun) string {
+	switch {
+	case r.Process != "":
+		return cell(r.Process, 60)
+	case r.ProcessID != 0:
+		return fmt.Sprintf("#%d (pruned)", r.ProcessID)
+	}
+	return "-"
 }
