@@ -117,7 +117,7 @@ func ScanSchedule(scan func(dest ...any) error) (ScheduleInfo, error) {
 	return s, nil
 }
 
-// ScanScheduleRun reads scheduled_for, outcome, process id, process name (”:
+// ScanScheduleRun reads scheduled_for, outcome, process id, process name (empty:
 // pruned or none), task count, worker, fired_at.
 func ScanScheduleRun(r *sql.Rows, run *ScheduleRun) error {
 	var at, fired TimeScan
