@@ -1,9 +1,11 @@
 package dialect
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -27,6 +29,12 @@ var (
 
 	// ErrUnknownScheme means no dialect is registered for the DSN's scheme.
 	ErrUnknownScheme = errors.New("unknown DSN scheme")
+
+	// ErrConnUnavailable means no database connection could be opened: the
+	// server refused it (no connection slot left, starting up or shutting
+	// down, the role or database refused) or could not be reached. Nothing
+	// was sent on it, so nothing ran.
+	ErrConnUnavailable = errors.New("no database connection could be opened")
 
 	// ErrBodyEndedTx means an atomic task's SQL body ended the transaction
 	// that was to record its completion with it (a COMMIT or ROLLBACK of its
@@ -103,4 +111,14 @@ func RoutineMissing(err error) bool {
 // handing it to the next caller: for a connection ConnLost condemned.
 func DiscardConn(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+}
+
+// NoConn wraps the error of taking a connection from a pool (sql.DB.Conn),
+// which fails only when a new one could not be opened or ctx ended first: the
+// first is ErrConnUnavailable, the second stays ctx's error.
+func NoConn(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w: %w", what, ErrConnUnavailable, err)
 }

@@ -55,6 +55,9 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 		fp.Error = "released at worker shutdown: " + runErr.Error()
 	case runErr == nil:
 		fp.Outcome = dialect.OutcomeSucceeded
+	case errors.As(runErr, new(releaseError)):
+		fp.Outcome = dialect.OutcomeReleased
+		fp.Error = "released before it started: " + runErr.Error()
 	case errors.As(runErr, new(abandonError)):
 		fp.Outcome = dialect.OutcomeAbandoned
 		fp.Error = runErr.Error()
@@ -253,6 +256,7 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, a attem
 		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err == nil {
+			w.connPause.ok()
 			return conn, text, nil
 		}
 		if errors.Is(err, dialect.ErrLeaseLost) {
@@ -267,6 +271,15 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, a attem
 			// a missing permission say, is charged like a failed attempt: it
 			// would fail again at once, and attempts have a backoff.)
 			return nil, "", abandonError{fmt.Errorf("the body did not start: its first statement failed: %w", err)}
+		}
+		if errors.Is(err, dialect.ErrConnUnavailable) {
+			// No connection could be opened: nothing of the body ran, and
+			// another try now would meet the same refusal. The task goes back
+			// uncounted, and this worker claims nothing for a while.
+			pause := w.connPause.failed(time.Now())
+			w.log.Warn().Err(err).Int64("task_id", t.ID).Dur("claims_pause", pause).
+				Msg("no database connection for the body; handing the task back")
+			return nil, "", releaseError{fmt.Errorf("the body did not start: %w", err)}
 		}
 		if !dialect.ConnLost(err) {
 			return nil, "", err
@@ -294,6 +307,15 @@ type abandonError struct{ err error }
 
 func (e abandonError) Error() string { return e.err.Error() }
 func (e abandonError) Unwrap() error { return e.err }
+
+// releaseError is an attempt whose body never started for want of a
+// database connection: recorded released, counted neither as an attempt nor
+// against the abandon budget (a database out of connection slots is not the
+// task's doing, and it may last longer than ten quick abandons).
+type releaseError struct{ err error }
+
+func (e releaseError) Error() string { return e.err.Error() }
+func (e releaseError) Unwrap() error { return e.err }
 
 // attemptLostError marks the worker's own finding that this attempt's lease is
 // gone (the body's start, an atomic body's completion): another worker owns

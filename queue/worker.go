@@ -191,6 +191,8 @@ type Worker struct {
 	healthy            atomic.Bool // heartbeats reach the database
 	started            atomic.Bool
 	phase              atomic.Int32 // phaseStarting…phaseStopped (ready.go)
+	// connPause holds claims back while bodies cannot get a connection.
+	connPause connPause
 
 	// unextended holds the admitted attempts that no heartbeat has extended
 	// yet, with their claims: their leases run from those, and the fail-fast
@@ -397,7 +399,8 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 		w.releaseStaleBuffer()
 		free := w.freeSlots()
 		claimed := 0
-		if free > 0 && w.healthy.Load() {
+		paused := w.connPause.left(time.Now())
+		if free > 0 && w.healthy.Load() && paused == 0 {
 			began := time.Now()
 			// A claim in flight when shutdown begins is finished, not cut
 			// short: cancelled after the database committed it, its tasks would
@@ -451,6 +454,9 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			return nil
 		}
 		wait := poll
+		if paused > 0 {
+			wait = paused
+		}
 		if w.cfg.ExitWhenIdle > 0 {
 			wait = min(wait, max(w.cfg.ExitWhenIdle-time.Since(lastWork), time.Millisecond))
 		}

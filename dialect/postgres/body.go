@@ -40,7 +40,7 @@ const bodySessionSQL = `SELECT stageq_routines.body_session($1, $2)`
 func (p *Postgres) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Conn, string, error) {
 	conn, err := p.bodies.Conn(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("body connection: %w", err)
+		return nil, "", dialect.NoConn(ctx, "body connection", err)
 	}
 	a := s.Lease
 	check := bodyRunningSQL

@@ -35,7 +35,7 @@ func (d *SQLServer) BodyConn(ctx context.Context, s dialect.BodyStart) (*sql.Con
 	a := s.Lease
 	conn, err := d.bodies.Conn(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("body connection: %w", err)
+		return nil, "", dialect.NoConn(ctx, "body connection", err)
 	}
 	var running bool
 	if err := conn.QueryRowContext(ctx, d.calls.SQL(bodySessionSQL),
