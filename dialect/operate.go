@@ -210,6 +210,27 @@ type ProcessStatus struct {
 	Stages       []StageStatus `json:"stages"`
 }
 
+// Settled reports that the process will not move on by itself: it
+// succeeded, or was cancelled, or it failed and nothing of it still runs or
+// waits to run. A task that fails for good fails its process at once, while
+// the other tasks of its stage run on (and their retries wait their turn):
+// until they end, a failed process is not yet settled. Paused, its waiting
+// tasks do not count.
+func (p ProcessStatus) Settled() bool {
+	switch p.State {
+	case ProcessSucceeded, ProcessCancelled:
+		return true
+	case ProcessFailed:
+		for _, s := range p.Stages {
+			if s.Running > 0 || (!p.Paused && p.CurrentOrder != nil && s.Order == *p.CurrentOrder && s.Pending > 0) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // StageStatus counts one ExecutionOrder's tasks. Done counts tasks that
 // succeeded (from Logs); discarded and cancelled tasks are not counted.
 type StageStatus struct {

@@ -140,9 +140,10 @@ func (c *Client) Logs(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEn
 // Wait polls a process every interval (500 ms when 0) until it has ended,
 // and returns it then: succeeded, cancelled (an operator removed what was
 // left), or failed (a task failed for good; an operator's retry or discard
-// can still move it on). If ctx ends first it returns ctx's error with the
-// process as last read; dialect.ErrNotFound for a process that does not
-// exist.
+// can still move it on) once the other tasks of the failed one's stage have
+// ended too (dialect.ProcessStatus.Settled). If ctx ends first it returns
+// ctx's error with the process as last read; dialect.ErrNotFound for a
+// process that does not exist.
 func (c *Client) Wait(ctx context.Context, process string, interval time.Duration) (dialect.ProcessInfo, error) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
@@ -159,7 +160,16 @@ func (c *Client) Wait(ctx context.Context, process string, interval time.Duratio
 			return p, fmt.Errorf("wait for process %q: %w", process, err)
 		}
 		if p.State != dialect.ProcessActive {
-			return p, nil
+			settled, err := c.settled(ctx, p)
+			if err != nil && ctx.Err() != nil {
+				return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
+			}
+			if err != nil {
+				return p, fmt.Errorf("wait for process %q: %w", process, err)
+			}
+			if settled {
+				return p, nil
+			}
 		}
 		last = p
 		select {
@@ -168,4 +178,21 @@ func (c *Client) Wait(ctx context.Context, process string, interval time.Duratio
 		case <-t.C:
 		}
 	}
+}
+
+// settled reads a process that has left the active state in full, for
+// dialect.ProcessStatus.Settled: a failed one may still run tasks.
+func (c *Client) settled(ctx context.Context, p dialect.ProcessInfo) (bool, error) {
+	if p.State != dialect.ProcessFailed {
+		return true, nil
+	}
+	op, err := dialect.AsOperator(c.d)
+	if err != nil {
+		return true, nil // nothing to read the stages with: the state must do
+	}
+	ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: p.Name})
+	if err != nil {
+		return false, err
+	}
+	return len(ps) == 0 || ps[0].Settled(), nil
 }

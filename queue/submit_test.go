@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,14 +40,63 @@ func TestWaitReturnsTheEnd(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "later", 1, stages.Task{Kind: "nobody", Body: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := queue.NewWorker(c, queue.WorkerConfig{PollMin: 10 * time.Millisecond})
+	// A stage of two: one task fails for good while the other still runs.
+	one := 1
+	if _, err := c.Submit(ctx, stages.Plan{Process: "mixed", Stages: []stages.Stage{{Order: &one, Tasks: []stages.Task{
+		{Kind: "hold", Body: "x"}, {Body: "SELECT * FROM no_such_table", MaxAttempts: 1}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := queue.NewWorker(c, queue.WorkerConfig{PollMin: 10 * time.Millisecond, Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
+	held, release := make(chan struct{}), make(chan struct{})
+	if err := w.Handle("hold", func(context.Context, *queue.Task) error {
+		close(held)
+		<-release
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
-	defer func() { stop(); <-done }()
+	defer func() { let(); stop(); <-done }()
+
+	waited := make(chan dialect.ProcessInfo, 1)
+	go func() {
+		p, err := c.Wait(ctx, "mixed", 10*time.Millisecond)
+		if err != nil {
+			t.Errorf("Wait for mixed: %v", err)
+		}
+		waited <- p
+	}()
+	<-held
+	// mixed fails as soon as its task fails for good; its other task is held.
+	for {
+		p, err := c.Dialect().(dialect.Operator).ProcessList(ctx, dialect.ProcessFilter{Name: "mixed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p[0].State == dialect.ProcessFailed {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case p := <-waited:
+		t.Fatalf("Wait returned %+v while a task of the failed stage still ran", p)
+	case <-time.After(100 * time.Millisecond):
+	}
+	let()
+	if p := <-waited; p.State != dialect.ProcessFailed {
+		t.Errorf("Wait for mixed: %+v; want failed, once its held task ended", p)
+	}
+	if l, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: "mixed", Outcome: dialect.OutcomeSucceeded}); err != nil || len(l) != 1 {
+		t.Errorf("when Wait returned, mixed had %d succeeded tasks (%v); want the held one", len(l), err)
+	}
 
 	if p, err := c.Wait(ctx, "bad", 10*time.Millisecond); err != nil || p.State != dialect.ProcessFailed {
 		t.Errorf("Wait for a process whose task fails: %+v, %v; want failed", p, err)

@@ -327,17 +327,18 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 				noted = n
 			}
 		}
-		switch p.State {
-		case dialect.ProcessSucceeded:
+		switch {
+		case !p.Settled():
+		case p.State == dialect.ProcessSucceeded:
 			finish()
 			if !asJSON {
 				fmt.Fprintf(w, "process %q succeeded\n", name)
 			}
 			return nil
-		case dialect.ProcessCancelled:
+		case p.State == dialect.ProcessCancelled:
 			finish()
 			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q was cancelled: an operator cancelled or discarded its remaining tasks (see `queuectl logs --process %s --newest`)", name, cell(name, 0))}
-		case dialect.ProcessFailed:
+		case p.State == dialect.ProcessFailed:
 			finish()
 			return exitCodeError{code: ExitProcessFailed, err: fmt.Errorf("process %q failed: a task failed for good (see `queuectl tasks --process %s --state failed`, then retry or discard it)", name, cell(name, 0))}
 		}
