@@ -255,3 +255,45 @@ func TestCancelWhileRunning(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelWaitingForItsProcessStillEndsCancelled (PostgreSQL): a cancel
+// waits for its process's row, held by an application's open submission,
+// while a worker claims and starts a task of that process (claims take no
+// process lock). Once the row is free the cancel removes what waits and
+// audits it; when the started task ends the process is empty and must end
+// cancelled: the audit rows are the newest in Logs. Before, they were dated
+// when the cancel's transaction began, before the wait, so the attempt
+// started during the wait looked newer and the process ended succeeded.
+func TestCancelWaitingForItsProcessStillEndsCancelled(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, newPostgresDB(t))
+	twoStages(t, db, "cw", 1)
+	one := 1
+	held := db.holdSubmission(t, stages.Plan{Process: "cw", Stages: []stages.Stage{{Order: &one, Tasks: []stages.Task{{Kind: "work", Body: "held"}}}}})
+	defer held.Rollback()
+
+	cancelled := make(chan error, 1)
+	go func() {
+		_, _, err := limOperator(t, db).ProcessCancel(ctx, "cw")
+		cancelled <- err
+	}()
+	waitFor(t, 10*time.Second, "the cancel to wait for the process row", func() bool {
+		return db.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 1
+	})
+	time.Sleep(20 * time.Millisecond) // a clock tick between the cancel's start and the attempt's
+	got := claimAs(t, db, "w", 1, 10, nil)
+	if len(got) != 1 || got[0].Body != "x" {
+		t.Fatalf("claimed %+v while the cancel waited; want the committed stage-1 task", got)
+	}
+	if err := held.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	finishBatch(t, db, dialect.FinishParams{TaskID: got[0].ID, Token: 1, ProcessID: got[0].ProcessID, Outcome: dialect.OutcomeSucceeded})
+	p, err := db.D.ProcessGet(ctx, "cw")
+	if err != nil || p.State != dialect.ProcessCancelled {
+		t.Fatalf("after the task that ran during the cancel's wait ended: %+v, %v; want cancelled", p, err)
+	}
+}
