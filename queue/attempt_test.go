@@ -111,3 +111,20 @@ func TestUnextendedWakesOnlyForEarlierClaims(t *testing.T) {
 type heldFor time.Duration
 
 func (h heldFor) WriteHolds() (bool, time.Duration) { return false, time.Duration(h) }
+
+// TestHeartbeatDefaultsWithinTheDeadWindow: readers judge a worker dead after
+// a minute without a heartbeat, so a long lease does not stretch the default
+// heartbeat (a third of the lease) past MaxHeartbeat, and a longer one given
+// is refused.
+func TestHeartbeatDefaultsWithinTheDeadWindow(t *testing.T) {
+	for lease, want := range map[time.Duration]time.Duration{30 * time.Second: 10 * time.Second, 5 * time.Minute: MaxHeartbeat} {
+		c := WorkerConfig{Lease: lease}
+		if err := c.setDefaults(); err != nil || c.Heartbeat != want {
+			t.Errorf("lease %s: heartbeat %s, %v; want %s", lease, c.Heartbeat, err, want)
+		}
+	}
+	c := WorkerConfig{Lease: 5 * time.Minute, Heartbeat: time.Minute}
+	if err := c.setDefaults(); err == nil {
+		t.Errorf("heartbeat of a minute accepted")
+	}
+}

@@ -102,10 +102,13 @@ func (c *WorkerConfig) setDefaults() error {
 		return fmt.Errorf("worker: lease must be at least 100ms, got %s", c.Lease)
 	}
 	if c.Heartbeat == 0 {
-		c.Heartbeat = c.Lease / 3
+		c.Heartbeat = min(c.Lease/3, MaxHeartbeat)
 	}
 	if c.Heartbeat <= 0 || c.Heartbeat >= c.Lease {
 		return fmt.Errorf("worker: heartbeat must be positive and shorter than the lease (%s), got %s", c.Lease, c.Heartbeat)
+	}
+	if c.Heartbeat > MaxHeartbeat {
+		return fmt.Errorf("worker: heartbeat must be at most %s (a worker silent for a minute is shown dead), got %s", MaxHeartbeat, c.Heartbeat)
 	}
 	if c.PollMin == 0 {
 		c.PollMin = 50 * time.Millisecond
@@ -142,6 +145,12 @@ func (c *WorkerConfig) setDefaults() error {
 	}
 	return nil
 }
+
+// MaxHeartbeat bounds a worker's heartbeat, whatever its lease: whoever
+// reads the Workers table (queuectl status and why, the dashboard, enqueue
+// --wait's notes) judges a worker dead after a minute without one, and a
+// live worker must beat a few times within that.
+const MaxHeartbeat = 20 * time.Second
 
 // Worker claims and runs tasks. Create it with NewWorker, register handlers with
 // Handle, then call Run.

@@ -69,7 +69,7 @@ func TestWorkerFlagsRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"--concurrency", "0"}, {"--lease", "0s"}, {"--lease", "-1s"}, {"--poll-max", "0s"},
 		{"--retry-base", "0s"}, {"--shutdown-grace", "-1s"}, {"--heartbeat", "-1s"},
-		{"--heartbeat", "40s", "--lease", "30s"}, {"--vacuum-every", "0"},
+		{"--heartbeat", "40s", "--lease", "30s"}, {"--heartbeat", "30s", "--lease", "5m"}, {"--vacuum-every", "0"},
 	} {
 		var out, errb syncBuffer
 		code := Execute(context.Background(), NewWorkerCommand(),

@@ -91,7 +91,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 	f.StringVar(&id, "id", "", "worker id in Workers and Logs (default host-pid-random)")
 	f.IntVarP(&cfg.Concurrency, "concurrency", "c", 4, "tasks run at once")
 	f.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long a claimed task stays this worker's without a heartbeat")
-	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "how often leases are extended and expired ones rescued (default lease/3)")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "how often leases are extended and expired ones rescued (default lease/3, at most 20s)")
 	f.DurationVar(&cfg.PollMax, "poll-max", 2*time.Second, "longest wait between polls of an empty queue")
 	f.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "exit once no task has run for this long (0: run until stopped)")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running tasks may take to finish before they are released")
@@ -169,6 +169,9 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 	}
 	if cfg.Heartbeat > 0 && cfg.Heartbeat >= cfg.Lease {
 		return usageErrorf("--heartbeat (%s) must be shorter than --lease (%s)", cfg.Heartbeat, cfg.Lease)
+	}
+	if cfg.Heartbeat > queue.MaxHeartbeat {
+		return usageErrorf("--heartbeat (%s) must be at most %s: a worker silent for a minute is shown dead", cfg.Heartbeat, queue.MaxHeartbeat)
 	}
 	return nil
 }
