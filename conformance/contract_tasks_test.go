@@ -297,8 +297,8 @@ func contractTaskRescueExpired(t *testing.T, db *testDB) {
 	}
 }
 
-// Workers: WorkerRegister inserts or refreshes a row (a stopped worker that
-// registers again is live), WorkerList counts the tasks each holds, and
+// Workers: WorkerRegister inserts or takes over a row (a stopped worker that
+// registers again is live, with its new host, pid, version and start), WorkerList counts the tasks each holds, and
 // WorkerStop marks it stopped.
 func contractWorkers(t *testing.T, db *testDB) {
 	ctx := context.Background()
@@ -346,12 +346,18 @@ func contractWorkers(t *testing.T, db *testDB) {
 	if w := find(); w.StoppedAt == nil {
 		t.Fatalf("after WorkerStop: %+v; want stopped_at set", w)
 	}
-	info.Concurrency = 5
+	// Started again under its id (a service's restart): the row is the new
+	// process's.
+	first := find()
+	time.Sleep(20 * time.Millisecond)
+	info.Concurrency, info.Hostname, info.PID, info.Version = 5, "host-2", 4343, "v-next"
 	if err := db.D.WorkerRegister(ctx, info); err != nil {
 		t.Fatalf("register again: %v", err)
 	}
-	if w := find(); w.StoppedAt != nil || w.Concurrency != 5 {
-		t.Fatalf("registered again: %+v; want live (no stopped_at), concurrency 5", w)
+	if w := find(); w.StoppedAt != nil || w.Concurrency != 5 || w.Hostname != "host-2" || w.PID != 4343 ||
+		w.Version != "v-next" || !w.StartedAt.After(first.StartedAt) {
+		t.Fatalf("registered again: %+v; want live (no stopped_at), concurrency 5, host-2, pid 4343, v-next, started after %v",
+			w, first.StartedAt)
 	}
 }
 

@@ -38,7 +38,7 @@ func (p *Postgres) TaskFinish(ctx context.Context, tx *sql.Tx, fp dialect.Finish
 
 // finishManySQL calls finish_many (routines/postgres/50_finish.sql), the batch
 // form of finish:
-// parallel arrays of task ids, tokens, outcomes, errors (” for none) and retry
+// parallel arrays of task ids, tokens, outcomes, errors (empty for none) and retry
 // delays in ms (0: failed for good). Out: a row (id, NULL) per attempt whose
 // token still held, and a row (NULL, process id) per process whose stage the
 // batch may have ended.

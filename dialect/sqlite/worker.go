@@ -10,8 +10,9 @@ import (
 const workerRegisterSQL = `
 INSERT INTO stageq_workers (id, hostname, pid, concurrency, version, kinds) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE
-   SET heartbeat_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), stopped_at = NULL, concurrency = excluded.concurrency,
-       kinds = excluded.kinds`
+   SET hostname = excluded.hostname, pid = excluded.pid, version = excluded.version,
+       started_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), heartbeat_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+       stopped_at = NULL, concurrency = excluded.concurrency, kinds = excluded.kinds`
 
 // WorkerRegister implements dialect.Dialect.
 func (s *SQLite) WorkerRegister(ctx context.Context, w dialect.WorkerInfo) error {

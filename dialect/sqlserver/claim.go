@@ -15,7 +15,7 @@ import (
 // within the concurrency limits, and passing over every row another session
 // holds. Without limits it locks no shared row: one UPDLOCK, READPAST UPDATE per
 // priority level. Only the kinds the worker runs are leased (migration 7). In:
-// max, worker id, token, lease ms, kinds (a JSON array; ” for every kind). Out:
+// max, worker id, token, lease ms, kinds (a JSON array; empty for every kind). Out:
 // the claimed tasks, each with its abandons (attempts lost to infrastructure,
 // not counted against max_attempts; migration 9).
 //
@@ -69,7 +69,7 @@ func (d *SQLServer) TaskClaim(ctx context.Context, cp dialect.ClaimParams) ([]di
 	return out, nil
 }
 
-// kindsParam is a kinds list as the statements take it: a JSON array, or ”
+// kindsParam is a kinds list as the statements take it: a JSON array, or the empty string
 // (the batch turns it into NULL) for every kind.
 func kindsParam(kinds []string) string {
 	if j, ok := dialect.KindsJSON(kinds).(string); ok {

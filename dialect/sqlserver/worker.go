@@ -7,9 +7,10 @@ import (
 	"github.com/stageq/stageq/dialect"
 )
 
-// workerRegisterSQL inserts a worker's row or refreshes it (same id: a restart).
-// In: id, hostname, pid, concurrency, version, kinds (a JSON array; ”: not
-// recorded, every kind), the routine version the worker calls. Out: nothing.
+// workerRegisterSQL inserts a worker's row or takes it over as new (same id: a
+// restart).
+// In: id, hostname, pid, concurrency, version, kinds (a JSON array; empty:
+// not recorded, every kind), the routine version the worker calls. Out: nothing.
 //
 // The upsert takes UPDLOCK + SERIALIZABLE on the key, so two registrations of one
 // id queue up instead of both inserting (the pattern the docs give for "update
@@ -27,7 +28,8 @@ DECLARE @Id nvarchar(200) = @pId,
 IF @Kinds = N'' SET @Kinds = NULL;
 BEGIN TRANSACTION;
 UPDATE w
-   SET heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency, kinds = @Kinds,
+   SET hostname = @Hostname, pid = @OsPid, version = @Version, started_at = SYSUTCDATETIME(),
+       heartbeat_at = SYSUTCDATETIME(), stopped_at = NULL, concurrency = @Concurrency, kinds = @Kinds,
        routines = @Routines
   FROM stageq.Workers AS w WITH (UPDLOCK, SERIALIZABLE, ROWLOCK)
  WHERE w.id = @Id;
