@@ -110,3 +110,43 @@ func TestWaitReturnsTheEnd(t *testing.T) {
 		t.Errorf("Wait past its context: %+v, %v; want the process active and the deadline", p, err)
 	}
 }
+
+// TestExitWhenIdleWaitsForWorkLeft: a batch worker (ExitWhenIdle) stays while
+// a task of its kinds waits for a retry's backoff or a delay longer than its
+// idle time, and exits once that work has run; a task of a kind it does not
+// run, or one behind a failed task, does not keep it.
+func TestExitWhenIdleWaitsForWorkLeft(t *testing.T) {
+	ctx, c := openSQLite(t)
+	if _, err := c.Enqueue(ctx, "retried", 1, stages.Task{Body: "SELECT * FROM no_such_table", MaxAttempts: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "retried", 2, stages.Task{Body: "SELECT 1"}); err != nil { // behind the failure
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "delayed", 1, stages.Task{Body: "SELECT 1", RunAt: time.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "elsewhere", 1, stages.Task{Kind: "nobody-here", Body: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := queue.NewWorker(c, queue.WorkerConfig{PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond,
+		ExitWhenIdle: 200 * time.Millisecond, RetryBase: time.Second, RetryMax: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not exit within 30 s")
+	}
+	for process, want := range map[string]int{"retried": 2, "delayed": 1} {
+		if l, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: process}); err != nil || len(l) != want {
+			t.Errorf("process %s: %d attempts (%v) when the worker exited; want %d", process, len(l), err, want)
+		}
+	}
+}

@@ -36,7 +36,9 @@ type WorkerConfig struct {
 	// database has them, wake the worker sooner.
 	PollMin, PollMax time.Duration
 	// ExitWhenIdle makes Run return once no task has run for this long (the
-	// seed's @WaitingTime); zero runs until the context ends.
+	// seed's @WaitingTime) and none is left that would: none runs anywhere,
+	// and none of the worker's kinds waits, available or scheduled (a retry's
+	// backoff, a delay). Zero runs until the context ends.
 	ExitWhenIdle time.Duration
 	// StatementTimeout bounds how long the worker waits for the database to
 	// answer one of the queue's own statements (claims, completions, stage
@@ -401,6 +403,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 	// backlog: the last claim got all it asked for, so more tasks are likely
 	// waiting, and the next claim gathers free slots first (capacity.go).
 	backlog := false
+	leftNoted := "" // the work left last logged, with ExitWhenIdle
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -459,8 +462,20 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			}
 		}
 		if w.cfg.ExitWhenIdle > 0 && w.heldCount() == 0 && time.Since(lastWork) >= w.cfg.ExitWhenIdle {
-			w.log.Info().Dur("idle", w.cfg.ExitWhenIdle).Msg("queue idle; exiting")
-			return nil
+			left, err := w.workLeft(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err == nil && left == "":
+				w.log.Info().Dur("idle", w.cfg.ExitWhenIdle).Msg("queue idle; exiting")
+				return nil
+			case err != nil:
+				w.log.Warn().Err(err).Msg("could not tell whether work is left; staying")
+			case left != leftNoted:
+				w.log.Info().Str("left", left).Msg("nothing ran for the idle time, but work is left; staying")
+			}
+			leftNoted = left
+			lastWork = time.Now() // asked again after another idle time
 		}
 		wait := poll
 		if paused > 0 {
