@@ -171,3 +171,41 @@ func TestSIGTERMReleases(t *testing.T) {
 		}
 	})
 }
+
+// TestSIGTERMReleasesOnlyAStoppedBody (PostgreSQL): a body that catches the
+// cancel a shutdown sends (query_canceled) goes on in its session after the
+// worker stopped waiting for it. Its task is handed back only once that
+// session has ended (the worker terminates it), so no other worker can start
+// the task while the first body still runs. Before, the release came at once
+// and the body ran on beside its next attempt.
+func TestSIGTERMReleasesOnlyAStoppedBody(t *testing.T) {
+	db := newTestDB(t, newPostgresDB(t))
+	admin := adminPool(t, db)
+	body := `DO $$ BEGIN PERFORM pg_sleep(60); EXCEPTION WHEN query_canceled THEN PERFORM pg_sleep(20); END $$`
+	id := db.enqueue(t, "stubborn", 1, stages.Task{Body: body, MaxAttempts: 1})
+	w := spawnWorker(t, db, "--lease", "60s", "--shutdown-grace", "300ms", "--poll-max", "50ms")
+	running := func() int {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+   AND state <> 'idle' AND query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor(t, 20*time.Second, "the body to run", func() bool { return running() == 1 })
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not exit after SIGTERM")
+	}
+	entries := db.logs(t, dialect.LogFilter{TaskID: id})
+	if len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
+		t.Fatalf("logs = %+v, want one released attempt", entries)
+	}
+	if n := running(); n != 0 {
+		t.Fatalf("the task was released while its body still ran in %d session(s)", n)
+	}
+}

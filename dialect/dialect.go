@@ -204,6 +204,18 @@ type BodySessioner interface {
 	BodyConn(ctx context.Context, s BodyStart) (*sql.Conn, string, error)
 }
 
+// BodyEnder is implemented by dialects whose SQL body may outlive the
+// worker's call: a client that gives up on a statement (its context ended,
+// its connection broke) does not stop the server's session at once, and a
+// body may even catch the cancel. Before an attempt is handed back for
+// another worker to run at once (released at shutdown, abandoned for a lost
+// connection), its body must have stopped, or the task would run twice at
+// once. EndBody ends the attempt's body session if one still runs and
+// reports whether none does any more.
+type BodyEnder interface {
+	EndBody(ctx context.Context, l TaskLease) (gone bool, err error)
+}
+
 // BodyStart is an attempt whose SQL body is about to start.
 type BodyStart struct {
 	Lease TaskLease

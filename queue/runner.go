@@ -71,6 +71,12 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 		}
 	}
 
+	if (fp.Outcome == dialect.OutcomeReleased || fp.Outcome == dialect.OutcomeAbandoned) && !w.bodyEnded(ctx, t) {
+		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
+		log(w.log.Warn()).Str("outcome", string(fp.Outcome)).
+			Msg("the body may still run in its database session; the task is left to the rescue once its lease expires")
+		return
+	}
 	if err := w.finishRetrying(ctx, fp); err != nil {
 		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		if errors.Is(err, dialect.ErrLeaseLost) {
@@ -95,6 +101,31 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 		}
 	}
 	ev.Str("outcome", string(fp.Outcome)).Dur("took", time.Since(began)).Msg("task ended")
+}
+
+// bodyEndWait bounds how long a hand-back waits for its body's session to end.
+const bodyEndWait = 5 * time.Second
+
+// bodyEnded makes sure an SQL body that the worker stopped waiting for no
+// longer runs in the database before its task is handed back to run again at
+// once (dialect.BodyEnder): a body cancelled at shutdown, or cut off from this
+// worker with its connection, can go on in its session. False when that could
+// not be made sure; the task then waits for its lease to expire, and the
+// rescue ends the body first.
+func (w *Worker) bodyEnded(ctx context.Context, t dialect.ClaimedTask) bool {
+	be, ok := w.d.(dialect.BodyEnder)
+	if !ok || t.Kind != KindSQL || t.Atomic || w.cfg.TargetDB != nil {
+		// Atomic bodies run in the transaction that holds the task's row:
+		// no one can take the task until that has ended.
+		return true
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bodyEndWait)
+	defer cancel()
+	gone, err := be.EndBody(ectx, dialect.TaskLease{ID: t.ID, Token: t.Token})
+	if err != nil {
+		w.log.Warn().Err(err).Int64("task_id", t.ID).Msg("could not make sure the body stopped")
+	}
+	return gone
 }
 
 // finishRetrying records an attempt's end, trying again on errors that may pass

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -94,3 +95,35 @@ func (p *Postgres) TaskExecAtomic(ctx context.Context, tx *sql.Tx, body string) 
 	}
 	return berr
 }
+
+// endBodySQL ends the backend that runs an attempt's body (the rescue's
+// body_backend finds it by the mark BodyConn put on its text) and reports
+// whether one ran. In: task id, token.
+const endBodySQL = `SELECT coalesce(pg_terminate_backend(stageq_routines.body_backend($1, $2)), false)`
+
+// bodyRunningNowSQL reports whether an attempt's body still runs. Each call is
+// a transaction of its own, with a new snapshot of pg_stat_activity.
+const bodyRunningNowSQL = `SELECT stageq_routines.body_backend($1, $2) IS NOT NULL`
+
+// EndBody implements dialect.BodyEnder: it terminates the body's backend and
+// waits, until ctx ends, for it to be gone (pg_terminate_backend only
+// signals it).
+func (p *Postgres) EndBody(ctx context.Context, l dialect.TaskLease) (bool, error) {
+	var signalled bool
+	if err := p.db.QueryRowContext(ctx, p.calls.SQL(endBodySQL), l.ID, l.Token).Scan(&signalled); err != nil {
+		return false, fmt.Errorf("end the body of task %d: %w", l.ID, mapErr(err))
+	}
+	for signalled {
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("end the body of task %d: %w", l.ID, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if err := p.db.QueryRowContext(ctx, p.calls.SQL(bodyRunningNowSQL), l.ID, l.Token).Scan(&signalled); err != nil {
+			return false, fmt.Errorf("end the body of task %d: %w", l.ID, mapErr(err))
+		}
+	}
+	return true, nil
+}
+
+var _ dialect.BodyEnder = (*Postgres)(nil)
