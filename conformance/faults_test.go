@@ -262,3 +262,48 @@ func TestBodyErrorsThatLookLikeALostConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseExtensionPassesALockedRow (PostgreSQL): another transaction holds
+// one of a worker's running task rows (an operator's SELECT ... FOR UPDATE).
+// Extending the worker's leases neither waits for it nor reports it lost: the
+// other leases are extended at once, and the held one is answered as still
+// the worker's. Before, the extension waited for the lock past the leases'
+// expiry, and the worker abandoned every attempt it ran.
+func TestLeaseExtensionPassesALockedRow(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, newPostgresDB(t))
+	twoStages(t, db, "locked-row", 2)
+	got := claimAs(t, db, "w", 1, 10, nil)
+	if len(got) != 2 {
+		t.Fatalf("claimed %d tasks; want 2", len(got))
+	}
+	tx, err := db.D.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SELECT 1 FROM stageq.tasks WHERE id = $1 FOR UPDATE", got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	expires := func(id int64) (at time.Time) {
+		t.Helper()
+		if err := db.D.DB().QueryRowContext(ctx, "SELECT lease_expires_at FROM stageq.tasks WHERE id = $1", id).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := expires(got[1].ID)
+	leases := []dialect.TaskLease{{ID: got[0].ID, Token: 1}, {ID: got[1].ID, Token: 1}}
+	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held, err := db.D.TaskExtendLeases(ectx, dialect.ExtendParams{WorkerID: "w", Lease: time.Hour, Tasks: leases})
+	if err != nil {
+		t.Fatalf("extend beside a locked row: %v", err)
+	}
+	if len(held) != 2 {
+		t.Fatalf("held %+v; want both leases, the locked one too", held)
+	}
+	if after := expires(got[1].ID); !after.After(before.Add(30 * time.Minute)) {
+		t.Errorf("the unlocked task's lease ends %v (was %v); want about an hour from now", after, before)
+	}
+}

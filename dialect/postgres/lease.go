@@ -13,11 +13,30 @@ import (
 // lease is tested as finish_many tests it (routines/postgres/50_finish.sql says
 // why: with state = 'running' beside the join, the planner may walk every
 // running task once per task named).
+//
+// A task row another transaction holds (an operator's, or an application's
+// SELECT ... FOR UPDATE) is skipped, not waited for: one locked row would
+// otherwise hold back the extension of every other lease of the worker, past
+// their expiry, and the worker would abandon attempts that ran well. A
+// skipped one is answered as still held when its last committed version is
+// the worker's; the next beat extends it.
 const extendSQL = `
-UPDATE stageq.tasks t SET lease_expires_at = now() + $2 * interval '1 millisecond'
-  FROM unnest($3::bigint[], $4::bigint[]) AS h(id, token)
- WHERE t.id = h.id AND CASE WHEN t.state = 'running' THEN t.lease_token END = h.token AND t.worker_id = $1
-RETURNING t.id, t.lease_token`
+WITH h AS (
+    SELECT * FROM unnest($3::bigint[], $4::bigint[]) AS h(id, token)
+), mine AS (
+    SELECT t.id FROM stageq.tasks t JOIN h ON t.id = h.id
+     WHERE CASE WHEN t.state = 'running' THEN t.lease_token END = h.token AND t.worker_id = $1
+       FOR UPDATE OF t SKIP LOCKED
+), extended AS (
+    UPDATE stageq.tasks t SET lease_expires_at = now() + $2 * interval '1 millisecond'
+      FROM mine WHERE t.id = mine.id
+    RETURNING t.id, t.lease_token
+)
+SELECT id, lease_token FROM extended
+UNION ALL
+SELECT t.id, t.lease_token FROM stageq.tasks t JOIN h ON t.id = h.id
+ WHERE CASE WHEN t.state = 'running' THEN t.lease_token END = h.token AND t.worker_id = $1
+   AND t.id NOT IN (SELECT id FROM mine)`
 
 // TaskExtendLeases implements dialect.Dialect.
 func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
