@@ -227,6 +227,37 @@ func TestHandBackDoesNotStallSuccesses(t *testing.T) {
 	})
 }
 
+// TestHandBacksOfOtherProcessesDoNotWait: hand-backs are recorded in a batch
+// per process, so the retries of other processes' tasks are recorded while
+// one process's row is held by an application's open submission, not after
+// it (a wait past the statement timeout would leave those attempts to run
+// again once their leases expired). (Not SQLite: one writer.)
+func TestHandBacksOfOtherProcessesDoNotWait(t *testing.T) {
+	forEachDialectBut(t, "sqlite", "SQLite has one writer at a time: an open write transaction holds every finish back", func(t *testing.T, db *testDB) {
+		db.skipOnBabelfish(t, "G1: table hints are ignored (harness_test.go)")
+		const n = 6
+		tx := busyBesideOthers(t, db, stages.Task{Kind: "work", Body: "fails once"}, n)
+		defer tx.Rollback()
+		cfg := fastConfig()
+		cfg.Concurrency = 3
+		startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
+			w.Handle("work", func(_ context.Context, task *queue.Task) error {
+				if task.Attempt == 1 {
+					return errors.New("transient")
+				}
+				return nil
+			})
+		})
+		waitFor(t, 15*time.Second, "the other process's retries to be recorded while the submission is open", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: dialect.OutcomeFailed})) == n
+		})
+		if got := db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeFailed}); len(got) != 0 {
+			t.Errorf("the busy process's hand-back was recorded while its process row was held: %+v", got)
+		}
+		drainBusy(t, db, tx, 30*time.Second)
+	})
+}
+
 // busyBesideOthers submits n tasks of kind work to process "others" and the
 // task first to process "busy", then a second task of "busy" in a transaction
 // it returns still open: an application's long submission, holding busy's

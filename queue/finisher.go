@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
@@ -41,27 +42,64 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 		}
 		batch := collectBatch(in, first, wait)
 		last = len(batch)
-		ps := make([]dialect.FinishParams, len(batch))
-		for i, r := range batch {
-			ps[i] = r.fp
-		}
-		fctx, cancel := w.stmtCtx(ctx)
-		res, err := bf.TaskFinishMany(fctx, ps)
-		err = w.stmtErr(fctx, ctx, fmt.Sprintf("record the end of %d tasks", len(ps)), err)
-		cancel()
-		// A batch that went in several transactions may have failed after some
-		// committed: those ends are recorded (sent again, they would come back
-		// as lost leases), and their stages may have ended.
-		w.advance(res.Advance)
-		for i, r := range batch {
-			switch {
-			case !res.Recorded(i, err):
-				r.done <- err
-			case i >= len(res.Held) || !res.Held[i]:
-				r.done <- dialect.ErrLeaseLost
-			default:
-				r.done <- nil
+		w.writeBatch(ctx, bf, batch)
+	}
+}
+
+// maxHandBackWrites bounds the hand-back batches being written at once.
+const maxHandBackWrites = 8
+
+// handBackLoop records hand-backs (Worker.handBacks) in a batch per process,
+// up to maxHandBackWrites at once. Each locks its process's row, which an
+// application's open submission may hold for long: one such process must not
+// hold back the hand-backs of the others past the statement timeout, which
+// would leave their attempts to run again once their leases expired.
+func (w *Worker) handBackLoop(ctx context.Context, bf dialect.BatchFinisher, in <-chan finishReq) {
+	var writing sync.WaitGroup
+	defer writing.Wait() // every answer given before the worker's advancer stops
+	slots := make(chan struct{}, maxHandBackWrites)
+	for first := range in {
+		byProcess := map[int64][]finishReq{}
+		var order []int64
+		for _, r := range collectBatch(in, first, 0) {
+			if _, seen := byProcess[r.fp.ProcessID]; !seen {
+				order = append(order, r.fp.ProcessID)
 			}
+			byProcess[r.fp.ProcessID] = append(byProcess[r.fp.ProcessID], r)
+		}
+		for _, pid := range order {
+			slots <- struct{}{}
+			writing.Add(1)
+			go func(batch []finishReq) {
+				defer func() { <-slots; writing.Done() }()
+				w.writeBatch(ctx, bf, batch)
+			}(byProcess[pid])
+		}
+	}
+}
+
+// writeBatch records one batch of ends and answers each request.
+func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch []finishReq) {
+	ps := make([]dialect.FinishParams, len(batch))
+	for i, r := range batch {
+		ps[i] = r.fp
+	}
+	fctx, cancel := w.stmtCtx(ctx)
+	res, err := bf.TaskFinishMany(fctx, ps)
+	err = w.stmtErr(fctx, ctx, fmt.Sprintf("record the end of %d tasks", len(ps)), err)
+	cancel()
+	// A batch that went in several transactions may have failed after some
+	// committed: those ends are recorded (sent again, they would come back
+	// as lost leases), and their stages may have ended.
+	w.advance(res.Advance)
+	for i, r := range batch {
+		switch {
+		case !res.Recorded(i, err):
+			r.done <- err
+		case i >= len(res.Held) || !res.Held[i]:
+			r.done <- dialect.ErrLeaseLost
+		default:
+			r.done <- nil
 		}
 	}
 }

@@ -190,7 +190,7 @@ type Worker struct {
 	wake     chan struct{}  // work may be available (notification, rescue)
 	finishes chan finishReq // to finishLoop, when the dialect records results in batches
 	// handBacks carries the other results (a retry, a release, an abandon, a
-	// final failure) to a finishLoop of their own: they lock their process's
+	// final failure) to a loop of their own (handBackLoop): they lock their process's
 	// row, which an application's open submission may hold for long, and must
 	// not hold back the successes behind them (issue 10, item 10).
 	handBacks chan finishReq
@@ -352,7 +352,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.handBacks = make(chan finishReq, w.cfg.Concurrency)
 		finisher.Add(2)
 		go func() { defer finisher.Done(); w.finishLoop(context.WithoutCancel(ctx), bf, w.finishes) }()
-		go func() { defer finisher.Done(); w.finishLoop(context.WithoutCancel(ctx), bf, w.handBacks) }()
+		go func() { defer finisher.Done(); w.handBackLoop(context.WithoutCancel(ctx), bf, w.handBacks) }()
 	}
 
 	// Prefetched tasks that never started are handed back as soon as ctx
