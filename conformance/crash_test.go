@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -207,5 +209,37 @@ func TestSIGTERMReleasesOnlyAStoppedBody(t *testing.T) {
 	}
 	if n := running(); n != 0 {
 		t.Fatalf("the task was released while its body still ran in %d session(s)", n)
+	}
+}
+
+// TestSecondSIGTERMReleasesAtOnce: a second SIGTERM ends the shutdown's grace
+// (here a minute): the running task is released at once and the worker exits
+// 0, as an operator's second Ctrl-C asks.
+func TestSecondSIGTERMReleasesAtOnce(t *testing.T) {
+	db := newTestDB(t, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
+	id := db.enqueue(t, "term2", 1, stages.Task{Body: db.endlessSQL(), MaxAttempts: 1})
+	w := spawnWorker(t, db, "--lease", "60s", "--shutdown-grace", "60s", "--poll-max", "50ms")
+	waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
+		return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
+	})
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the worker to begin its shutdown", func() bool {
+		return strings.Contains(w.output(), "waiting for running tasks")
+	})
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not exit after a second SIGTERM")
+	}
+	if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("worker exited %d, want 0\n%s", code, w.output())
+	}
+	if entries := db.logs(t, dialect.LogFilter{TaskID: id}); len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
+		t.Fatalf("logs = %+v, want one released attempt", entries)
 	}
 }

@@ -204,6 +204,9 @@ type Worker struct {
 	phase              atomic.Int32 // phaseStarting…phaseStopped (ready.go)
 	// connPause holds claims back while bodies cannot get a connection.
 	connPause connPause
+	// graceEnded is closed by EndGrace.
+	graceEnded chan struct{}
+	endGrace   sync.Once
 
 	// unextended holds the admitted attempts that no heartbeat has extended
 	// yet, with their claims: their leases run from those, and the fail-fast
@@ -236,6 +239,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 
 		unextended: map[dialect.TaskLease]claimMark{},
 		admitted:   make(chan struct{}, 1),
+		graceEnded: make(chan struct{}),
 	}
 	w.runners = newRunners(runnerIdle, w.runAttempt)
 	if c.migrate {
@@ -576,11 +580,19 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 	case <-done:
 		return
 	case <-time.After(w.cfg.ShutdownGrace):
+		w.log.Warn().Int("running", w.heldCount()).Msg("grace period over; releasing running tasks")
+	case <-w.graceEnded:
+		w.log.Warn().Int("running", w.heldCount()).Msg("grace period ended early; releasing running tasks")
 	}
-	w.log.Warn().Int("running", w.heldCount()).Msg("grace period over; releasing running tasks")
 	cancelTasks(errShutdown)
 	<-done
 }
+
+// EndGrace ends the shutdown's grace period at once, or makes it none if the
+// shutdown has not begun: running tasks are released as when it runs out (a
+// second SIGTERM or SIGINT to the worker command). It does not stop the
+// worker; ending Run's context does.
+func (w *Worker) EndGrace() { w.endGrace.Do(func() { close(w.graceEnded) }) }
 
 // newToken is a lease token: random, so a stale holder cannot guess the next one.
 func newToken() int64 { return rand.Int64N(1<<62) + 1 }

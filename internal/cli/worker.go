@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,7 +35,8 @@ func NewWorkerCommand() *cobra.Command {
 		Long: `Claims tasks from the queue database and runs them, --concurrency at a time,
 respecting each process's stages. Run as many workers as you like, on as many
 machines: the database coordinates them. SIGTERM or SIGINT stops claiming, lets
-running tasks finish within --shutdown-grace, and releases the rest.`,
+running tasks finish within --shutdown-grace, and releases the rest; a second
+SIGTERM or SIGINT releases them at once.`,
 		Example: `  worker --concurrency 8
   worker --dsn postgres://stageq@db/etl --migrate
   worker --exit-when-idle 30s   # a batch run: stop once the queue stays empty`,
@@ -83,6 +87,7 @@ running tasks finish within --shutdown-grace, and releases the rest.`,
 				return UsageError{err}
 			}
 			metrics.setReady(w.Ready)
+			defer hurryOnSecondSignal(w, log)()
 			return w.Run(ctx)
 		},
 	}
@@ -183,4 +188,28 @@ func retentionFlags(f *pflag.FlagSet, r *queue.Retention) {
 	f.DurationVar(&r.Processes, "retain-processes", queue.DefaultRetainProcesses, "delete processes finished longer ago than this, with no task left (0: keep for ever)")
 	f.DurationVar(&r.Every, "prune-every", queue.DefaultPruneEvery, "pause between prune passes")
 	f.BoolVar(&r.Off, "no-prune", false, "do not prune on this worker (others still do)")
+}
+
+// hurryOnSecondSignal ends w's shutdown grace when a second SIGTERM or SIGINT
+// comes (the first, which Main turns into the end of the context, starts the
+// shutdown): an operator's second Ctrl-C need not wait out --shutdown-grace.
+// It returns the function that stops listening.
+func hurryOnSecondSignal(w *queue.Worker, log zerolog.Logger) (stop func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-done:
+				return
+			case <-ch:
+				if n++; n == 2 {
+					log.Warn().Msg("second signal: releasing running tasks now")
+					w.EndGrace()
+				}
+			}
+		}
+	}()
+	return func() { signal.Stop(ch); close(done) }
 }
