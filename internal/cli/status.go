@@ -72,7 +72,7 @@ func newStatusCommand(dsn *string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [PROCESS]",
 		Short: "Show processes with per-stage progress, workers alive and dead, and limits in use",
-		Long: `Without arguments: every process that has not succeeded (--all for those too)
+		Long: `Without arguments: every open process, active or failed (--all adds the succeeded and cancelled ones)
 with its state and per-stage counts (pending / running / failed / done), the
 workers with their last heartbeat, and the limits with their slots in use.
 
