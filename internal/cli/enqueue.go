@@ -98,7 +98,7 @@ transaction. Prints what it created; --json for scripts.`,
 	f.StringVarP(&file, "file", "f", "", "plan file (.yaml, .yml or .json; '-' for stdin, YAML or JSON) with many stages and tasks")
 	f.StringVar(&kind, "kind", queue.KindSQL, "task kind: sql, or the name of a Go handler registered on the workers")
 	f.IntVar(&maxAttempts, "max-attempts", stages.DefaultMaxAttempts, "attempts before the task fails for good")
-	f.IntVar(&priority, "priority", 0, "higher runs first among runnable tasks")
+	f.IntVar(&priority, "priority", 0, "higher runs first among the tasks of one submission or of a stage as it opens (not past tasks already waiting)")
 	f.DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
 	f.StringVar(&runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
 	f.BoolVar(&atomic, "atomic", false, "run the SQL body and the task's completion in one transaction")
