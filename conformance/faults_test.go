@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
 )
 
 // Issue 10, item 14: attempts lost to infrastructure are not the task's. Every
@@ -305,5 +307,63 @@ func TestLeaseExtensionPassesALockedRow(t *testing.T) {
 	}
 	if after := expires(got[1].ID); !after.After(before.Add(30 * time.Minute)) {
 		t.Errorf("the unlocked task's lease ends %v (was %v); want about an hour from now", after, before)
+	}
+}
+
+// TestFinishBatchPassesALockedRow (PostgreSQL): another transaction holds two
+// of a worker's task rows (an operator's SELECT ... FOR UPDATE) when their
+// bodies end. The first one's end holds the finisher up, so the next ends
+// gather behind it and go in one batch with the second held row; that batch
+// fails at the statement timeout. Its other ends are then sent again one by
+// one and recorded: those tasks ran once. Before, they failed with the batch,
+// and their attempts ran again once their leases expired.
+func TestFinishBatchPassesALockedRow(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, newPostgresDB(t))
+	db.submit(t, plan("held", "first", []int{1}, sameBody("y"), 1))
+	db.submit(t, plan("held", "work", []int{1}, sameBody("x"), 4))
+	firstDone, release := make(chan struct{}), make(chan struct{})
+	var started atomic.Int32
+	cfg := fastConfig()
+	cfg.Concurrency, cfg.Lease, cfg.StatementTimeout = 5, 5*time.Second, time.Second
+	startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
+		w.Handle("first", func(context.Context, *queue.Task) error {
+			started.Add(1)
+			<-release
+			close(firstDone)
+			return nil
+		})
+		w.Handle("work", func(context.Context, *queue.Task) error {
+			started.Add(1)
+			<-firstDone
+			time.Sleep(100 * time.Millisecond) // behind the first's blocked end
+			return nil
+		})
+	})
+	waitFor(t, 20*time.Second, "the five bodies to run", func() bool { return started.Load() == 5 })
+	tx, err := db.D.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var lockedWork int64
+	if err := tx.QueryRowContext(ctx, `SELECT max(id) FROM stageq.tasks WHERE kind = 'work'`).Scan(&lockedWork); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM stageq.tasks WHERE kind = 'first' OR id = $1 FOR UPDATE`, lockedWork); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, 20*time.Second, "the three unlocked tasks' ends to be recorded while the rows are held", func() bool {
+		return len(db.logs(t, dialect.LogFilter{Process: "held", Outcome: dialect.OutcomeSucceeded})) == 3
+	})
+	tx.Rollback()
+	waitFor(t, 30*time.Second, "every task to succeed once the rows are free", func() bool {
+		return len(db.logs(t, dialect.LogFilter{Process: "held", Outcome: dialect.OutcomeSucceeded})) == 5
+	})
+	for _, e := range db.logs(t, dialect.LogFilter{Process: "held"}) {
+		if e.TaskID != lockedWork && e.Kind == "work" && (e.Attempt != 1 || e.Outcome != dialect.OutcomeSucceeded) {
+			t.Errorf("task %d, whose row no one held: attempt %d %s; want one succeeded attempt", e.TaskID, e.Attempt, e.Outcome)
+		}
 	}
 }

@@ -34,6 +34,8 @@ type finishReq struct {
 // writes it; whatever arrives during that write goes in the next. Under load
 // that is one round trip for many tasks; idle, one for one.
 func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-chan finishReq) {
+	var writing sync.WaitGroup // the retries of failed batches, one by one
+	defer writing.Wait()
 	last := 0
 	for first := range in {
 		var wait time.Duration
@@ -42,7 +44,7 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 		}
 		batch := collectBatch(in, first, wait)
 		last = len(batch)
-		w.writeBatch(ctx, bf, batch)
+		w.writeBatch(ctx, bf, batch, &writing)
 	}
 }
 
@@ -72,14 +74,19 @@ func (w *Worker) handBackLoop(ctx context.Context, bf dialect.BatchFinisher, in 
 			writing.Add(1)
 			go func(batch []finishReq) {
 				defer func() { <-slots; writing.Done() }()
-				w.writeBatch(ctx, bf, batch)
+				w.writeBatch(ctx, bf, batch, &writing)
 			}(byProcess[pid])
 		}
 	}
 }
 
-// writeBatch records one batch of ends and answers each request.
-func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch []finishReq) {
+// writeBatch records one batch of ends and answers each request. When a batch
+// of several fails, the ends it did not record are sent again one by one, at
+// once and apart (tracked by split): one task row that another transaction
+// holds (an operator's SELECT ... FOR UPDATE) fails the whole batch at the
+// statement timeout, and its other ends would otherwise be lost with it,
+// their attempts run again once their leases expired.
+func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch []finishReq, split *sync.WaitGroup) {
 	ps := make([]dialect.FinishParams, len(batch))
 	for i, r := range batch {
 		ps[i] = r.fp
@@ -94,6 +101,9 @@ func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch
 	w.advance(res.Advance)
 	for i, r := range batch {
 		switch {
+		case !res.Recorded(i, err) && len(batch) > 1:
+			split.Add(1)
+			go func() { defer split.Done(); w.writeBatch(ctx, bf, []finishReq{r}, split) }()
 		case !res.Recorded(i, err):
 			r.done <- err
 		case i >= len(res.Held) || !res.Held[i]:
