@@ -108,3 +108,35 @@ func TestCheckOrder(t *testing.T) {
 		t.Errorf("MaxOverlap = %d, want 2", got)
 	}
 }
+
+// TestParseRefusesASecondDocument: a YAML file of two documents (two plans
+// separated by ---) was read as its first plan, the second dropped without a
+// word; and a JSON object followed by a stray closing brace passed the
+// trailing-data check. Both are refused, naming the rule: one plan per file.
+// A trailing empty document drops nothing and is let through.
+func TestParseRefusesASecondDocument(t *testing.T) {
+	const p1 = "process: p1\nstages:\n  - order: 1\n    tasks: [{body: SELECT 1}]\n"
+	const p2 = "process: p2\nstages:\n  - order: 1\n    tasks: [{body: SELECT 2}]\n"
+	for name, c := range map[string]struct{ src, format string }{
+		"two plans":           {p1 + "---\n" + p2, "yaml"},
+		"after an empty one":  {p1 + "---\n---\n" + p2, "yaml"},
+		"a scalar after":      {p1 + "---\nhello\n", "yaml"},
+		"json, stray brace":   {`{"stages":[{"order":1,"tasks":[{"body":"x"}]}]}}`, "json"},
+		"json, second object": {`{"stages":[{"order":1,"tasks":[{"body":"x"}]}]} {"process":"p2"}`, "json"},
+	} {
+		_, err := Parse(strings.NewReader(c.src), c.format)
+		if !errors.Is(err, ErrInvalidPlan) || !strings.Contains(err.Error(), "one plan per file") {
+			t.Errorf("%s: err = %v, want ErrInvalidPlan saying one plan per file", name, err)
+		}
+	}
+	for name, src := range map[string]string{
+		"document start": "---\n" + p1,
+		"trailing ---":   p1 + "---\n",
+		"document end":   p1 + "...\n",
+		"comment after":  p1 + "---\n# nothing more\n",
+	} {
+		if p, err := Parse(strings.NewReader(src), "yaml"); err != nil || p.Process != "p1" {
+			t.Errorf("%s: %+v, %v; want plan p1", name, p, err)
+		}
+	}
+}
