@@ -37,7 +37,8 @@ func CheckInt32(field string, v int) error {
 	return nil
 }
 
-// wholeNumberKeys are the plan fields that take a whole number.
+// wholeNumberKeys are the plan fields that take a whole number (at any depth:
+// a schedule file's plan is one level down).
 var wholeNumberKeys = map[string]bool{
 	"order": true, "max_attempts": true, "priority": true, "weight": true, "max_parallel": true,
 }
@@ -47,7 +48,7 @@ var wholeNumberKeys = map[string]bool{
 func checkYAMLWholeNumbers(src []byte) error {
 	var root yaml.Node
 	if err := yaml.Unmarshal(src, &root); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		return err
 	}
 	var walk func(n *yaml.Node) error
 	walk = func(n *yaml.Node) error {
@@ -55,7 +56,7 @@ func checkYAMLWholeNumbers(src []byte) error {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
 				if wholeNumberKeys[k.Value] && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
-					return fmt.Errorf("%w: line %d: %s must be a whole number, got %s", ErrInvalidPlan, v.Line, k.Value, v.Value)
+					return fmt.Errorf("line %d: %s must be a whole number, got %s", v.Line, k.Value, v.Value)
 				}
 			}
 		}
@@ -69,8 +70,8 @@ func checkYAMLWholeNumbers(src []byte) error {
 	return walk(&root)
 }
 
-// checkUTF8 refuses a plan file that is not valid UTF-8: encoding/json would
-// replace the bad bytes with U+FFFD and the task would run other text.
+// checkUTF8 refuses a file that is not valid UTF-8: encoding/json would
+// replace the bad bytes with U+FFFD and a task would run other text.
 func checkUTF8(src []byte) error {
 	if utf8.Valid(src) {
 		return nil
@@ -79,7 +80,7 @@ func checkUTF8(src []byte) error {
 	for i := 0; i < len(src); {
 		r, n := utf8.DecodeRune(src[i:])
 		if r == utf8.RuneError && n <= 1 {
-			return fmt.Errorf("%w: line %d: the file is not valid UTF-8 (byte 0x%02x)", ErrInvalidPlan, line, src[i])
+			return fmt.Errorf("line %d: the file is not valid UTF-8 (byte 0x%02x)", line, src[i])
 		}
 		if r == '\n' {
 			line++

@@ -6,51 +6,83 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// decoders turn a plan file's source, read whole and checked to be UTF-8, into
-// a plan, one per format Parse takes.
-var decoders = map[string]func(src []byte, p *Plan) error{"json": decodeJSON, "yaml": decodeYAML}
+// FileFormat is the format a file's extension names: "json" for .json,
+// "yaml" for .yaml and .yml.
+func FileFormat(name string) (string, error) {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".json":
+		return "json", nil
+	case ".yaml", ".yml":
+		return "yaml", nil
+	}
+	return "", fmt.Errorf("%s: the file name must end in .yaml, .yml or .json", name)
+}
 
-// decodeJSON refuses unknown fields and anything after the plan object.
-func decodeJSON(src []byte, p *Plan) error {
+// Decode reads src, the whole of a file in format "yaml" or "json", into v as
+// every file stageq reads is read: plan files, and schedule files, which hold
+// a plan. It refuses invalid UTF-8 (encoding/json would replace the bad bytes
+// with U+FFFD and a task would run other text), unknown fields, an empty file,
+// anything after the first JSON object or YAML document (each file holds one
+// of what), and, in YAML, fractions where a whole number is wanted (which the
+// decoder would truncate). what names the file's content in its messages
+// ("plan", "schedule"); its errors wrap no sentinel, so that each caller wraps
+// its own (ErrInvalidPlan, ErrInvalidSchedule).
+func Decode(src []byte, format, what string, v any) error {
+	if err := checkUTF8(src); err != nil {
+		return err
+	}
+	switch format {
+	case "json":
+		return decodeJSON(src, what, v)
+	case "yaml":
+		return decodeYAML(src, what, v)
+	}
+	return fmt.Errorf("unknown format %q (yaml or json)", format)
+}
+
+// decodeJSON refuses unknown fields and anything after the object.
+func decodeJSON(src []byte, what string, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(src))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(p); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+	if err := dec.Decode(v); err != nil {
+		return err
 	}
 	// Only the end of the input may follow (dec.More would let a stray
 	// closing brace or bracket through).
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: trailing data after the plan object: give one plan per file", ErrInvalidPlan)
+		return fmt.Errorf("trailing data after the %s object: give one %s per file", what, what)
 	}
 	return nil
 }
 
 // decodeYAML refuses unknown fields, an empty file, a second document, and
-// fractions where a whole number is wanted (which the decoder would truncate).
-func decodeYAML(src []byte, p *Plan) error {
+// fractions where a whole number is wanted.
+func decodeYAML(src []byte, what string, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	dec.KnownFields(true)
-	if err := dec.Decode(p); err != nil {
+	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("%w: the file is empty", ErrInvalidPlan)
+			return errors.New("the file is empty")
 		}
-		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		return err
 	}
-	if err := checkYAMLOneDocument(dec); err != nil {
+	if err := checkYAMLOneDocument(dec, what); err != nil {
 		return err
 	}
 	return checkYAMLWholeNumbers(src)
 }
 
 // checkYAMLOneDocument refuses a document after the first (after a ---): the
-// decoder reads one, and the plans of the others would be dropped without a
+// decoder reads one, and what the others hold would be dropped without a
 // word. An empty document (nothing, or only comments, after a trailing ---)
 // drops nothing and is let through.
-func checkYAMLOneDocument(dec *yaml.Decoder) error {
+func checkYAMLOneDocument(dec *yaml.Decoder, what string) error {
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
@@ -58,9 +90,9 @@ func checkYAMLOneDocument(dec *yaml.Decoder) error {
 		case errors.Is(err, io.EOF):
 			return nil
 		case err != nil:
-			return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+			return err
 		case !emptyYAMLDocument(&doc):
-			return fmt.Errorf("%w: line %d: a second YAML document: give one plan per file", ErrInvalidPlan, doc.Line)
+			return fmt.Errorf("line %d: a second YAML document: give one %s per file", doc.Line, what)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -104,33 +103,23 @@ var ErrInvalidPlan = errors.New("invalid plan")
 
 // ParseFile reads a plan file; its extension (.yaml, .yml or .json) picks the format.
 func ParseFile(name string, r io.Reader) (Plan, error) {
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".json":
-		return Parse(r, "json")
-	case ".yaml", ".yml":
-		return Parse(r, "yaml")
-	default:
-		return Plan{}, fmt.Errorf("%w: %s: the file name must end in .yaml, .yml or .json", ErrInvalidPlan, name)
+	format, err := FileFormat(name)
+	if err != nil {
+		return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
 	}
+	return Parse(r, format)
 }
 
-// Parse reads a plan in format "yaml" or "json", rejecting unknown fields, and
-// validates it.
+// Parse reads a plan in format "yaml" or "json" as Decode reads a file
+// (unknown fields, a second plan and the rest refused), and validates it.
 func Parse(r io.Reader, format string) (Plan, error) {
-	decode, ok := decoders[format]
-	if !ok {
-		return Plan{}, fmt.Errorf("%w: unknown format %q (yaml or json)", ErrInvalidPlan, format)
-	}
 	src, err := io.ReadAll(r)
 	if err != nil {
 		return Plan{}, fmt.Errorf("%w: read: %v", ErrInvalidPlan, err)
 	}
-	if err := checkUTF8(src); err != nil {
-		return Plan{}, err
-	}
 	var p Plan
-	if err := decode(src, &p); err != nil {
-		return Plan{}, err
+	if err := Decode(src, format, "plan", &p); err != nil {
+		return Plan{}, fmt.Errorf("%w: %v", ErrInvalidPlan, err)
 	}
 	if err := p.Validate(); err != nil {
 		return Plan{}, err

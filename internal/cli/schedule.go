@@ -2,19 +2,16 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/stageq/stageq/dialect"
 	"github.com/stageq/stageq/queue"
@@ -163,27 +160,20 @@ func boolToInt(b bool) int {
 	return 0
 }
 
-// readSchedule reads a schedule file (YAML or JSON by extension), rejecting
-// unknown fields.
+// readSchedule reads a schedule file (YAML or JSON by extension) as plan
+// files are read (stages.Decode): unknown fields, a second schedule, fractions
+// where a whole number belongs and the rest refused.
 func readSchedule(name string) (queue.Schedule, error) {
 	var s queue.Schedule
+	format, err := stages.FileFormat(name)
+	if err != nil {
+		return s, fmt.Errorf("%w: %v", queue.ErrInvalidSchedule, err)
+	}
 	b, err := os.ReadFile(name)
 	if err != nil {
 		return s, fmt.Errorf("read schedule file: %w", err)
 	}
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".json":
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(&s)
-	case ".yaml", ".yml":
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		err = dec.Decode(&s)
-	default:
-		return s, fmt.Errorf("%w: %s: the file name must end in .yaml, .yml or .json", queue.ErrInvalidSchedule, name)
-	}
-	if err != nil {
+	if err := stages.Decode(b, format, "schedule", &s); err != nil {
 		return s, fmt.Errorf("%w: %s: %v", queue.ErrInvalidSchedule, name, err)
 	}
 	return s, nil

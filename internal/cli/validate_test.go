@@ -45,3 +45,38 @@ func TestEnqueueRefusesUnstorableInput(t *testing.T) {
 		}
 	})
 }
+
+// TestScheduleFileRefusedLikeAPlanFile: a schedule file (schedule add --from)
+// is read as strictly as a plan file, the plan it holds included: a fraction
+// where a whole number belongs was truncated (order 1.5 ran as 1), and a JSON
+// schedule with more after it, or a YAML file of two, was read as its first.
+func TestScheduleFileRefusedLikeAPlanFile(t *testing.T) {
+	qcDatabases(t, func(t *testing.T, dsn string) {
+		const plan = "plan:\n  stages:\n    - order: 1\n      tasks: [{body: SELECT 1}]\n"
+		const jsonSched = `{"name":"s1","every":"1h","plan":{"stages":[{"order":1,"tasks":[{"body":"SELECT 1"}]}]}}`
+		before := qcSnapshot(t, dsn)
+		for _, c := range []struct{ says, name, content string }{
+			{"line 5: order must be a whole number, got 1.5", "frac.yaml", "name: s1\nevery: 1h\nplan:\n  stages:\n    - order: 1.5\n      tasks: [{body: SELECT 1}]\n"},
+			{"line 4: max_parallel must be a whole number, got 2.5", "par.yaml", "name: s1\nevery: 1h\nplan:\n  max_parallel: 2.5\n" + plan[6:]},
+			{"trailing data after the schedule object: give one schedule per file", "junk.json", jsonSched + ` {"junk":1}`},
+			{"line 7: a second YAML document: give one schedule per file", "two.yaml", "name: s1\nevery: 1h\n" + plan + "---\nname: s2\nevery: 1h\n" + plan},
+			{"cannot unmarshal number 1.5", "frac.json", `{"name":"s1","every":"1h","plan":{"stages":[{"order":1.5,"tasks":[{"body":"SELECT 1"}]}]}}`},
+			{"field retries not found", "unknown.yaml", "name: s1\nevery: 1h\nretries: 3\n" + plan},
+			{"unknown field \"retries\"", "unknown.json", `{"name":"s1","every":"1h","retries":3,"plan":{"stages":[{"order":1,"tasks":[{"body":"SELECT 1"}]}]}}`},
+			{"line 1: the file is not valid UTF-8", "bad.yaml", "name: s\xff\nevery: 1h\n" + plan},
+			{"the file is empty", "empty.yaml", ""},
+		} {
+			// Each its own name: one accepted must not hide the next.
+			content := strings.ReplaceAll(c.content, "s1", strings.TrimSuffix(c.name, ".yaml"))
+			code, out, stderr := qc(t, dsn, "schedule", "add", "--from", qcFile(t, c.name, content))
+			if code != ExitUsage || !strings.Contains(stderr, "invalid schedule") || !strings.Contains(stderr, c.says) || out != "" {
+				t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 saying %q", c.name, code, out, stderr, c.says)
+			}
+		}
+		if after := qcSnapshot(t, dsn); after != before {
+			t.Errorf("a refused schedule file was written:\n%s\n---\n%s", before, after)
+		}
+		qcExpect(t, dsn, 0, "schedule s1 added", "schedule", "add", "--from", qcFile(t, "ok.json", jsonSched))
+		qcExpect(t, dsn, 0, "schedule s2 added", "schedule", "add", "--from", qcFile(t, "ok.yaml", "name: s2\nevery: 1h\n"+plan+"---\n"))
+	})
+}
