@@ -340,6 +340,7 @@ func TestScheduleCLI(t *testing.T) {
 			{"cron nonsense", []string{"add", "x", "--cron", "every tuesday", "SELECT 1"}, "invalid schedule"},
 			{"zero interval", []string{"add", "x", "--every", "0s", "SELECT 1"}, "must be positive"},
 			{"negative interval", []string{"add", "x", "--every", "-5s", "SELECT 1"}, "must be positive"},
+			{"interval below a second", []string{"add", "x", "--every", "1ms", "SELECT 1"}, "interval must be at least 1s, got 1ms"},
 			{"neither", []string{"add", "x", "SELECT 1"}, "cron expression or a positive interval"},
 			{"both", []string{"add", "x", "--cron", "* * * * *", "--every", "1m", "SELECT 1"}, "not both"},
 			{"bad zone", []string{"add", "x", "--cron", "* * * * *", "--tz", "Mars/Olympus", "SELECT 1"}, "Mars/Olympus"},

@@ -120,7 +120,7 @@ func TestWorkerMetrics(t *testing.T) {
 		for i := range 4 {
 			one(fmt.Sprintf("extra-%d", i), "SELECT 1", 1)
 		}
-		if _, err := c.ScheduleAdd(ctx, queue.Schedule{Name: "tick", Every: stages.Duration(500 * time.Millisecond),
+		if _, err := c.ScheduleAdd(ctx, queue.Schedule{Name: "tick", Every: stages.Duration(time.Second),
 			Plan: stages.Plan{Process: "ticks", Stages: []stages.Stage{{Order: &ord, Tasks: []stages.Task{{Body: "SELECT 1"}}}}}}); err != nil {
 			t.Fatal(err)
 		}

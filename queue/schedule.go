@@ -37,7 +37,8 @@ type Schedule struct {
 	// worker's local zone, which may differ across the cluster).
 	Cron     string `json:"cron,omitempty" yaml:"cron,omitempty"`
 	TimeZone string `json:"time_zone,omitempty" yaml:"time_zone,omitempty"`
-	// Every is an interval, the alternative to Cron. Ticks are Start, Start+Every, …
+	// Every is an interval, the alternative to Cron, of at least
+	// MinScheduleInterval. Ticks are Start, Start+Every, …
 	Every stages.Duration `json:"every,omitempty" yaml:"every,omitempty"`
 	// Start is the first tick of an interval schedule; by default one interval
 	// after creation, on the database's clock.
@@ -63,6 +64,11 @@ type Schedule struct {
 // DefaultScheduleGrace is how late a tick may be and still be enqueued when a
 // schedule sets no Grace.
 const DefaultScheduleGrace = time.Minute
+
+// MinScheduleInterval is the shortest Every: each tick is a submission and a
+// recorded run, and --every 1ms enqueued over a thousand runs in seconds. A
+// cron expression, whose finest field is seconds, ticks no more often either.
+const MinScheduleInterval = time.Second
 
 // ErrInvalidSchedule is wrapped by every validation error of a schedule.
 var ErrInvalidSchedule = errors.New("invalid schedule")
@@ -191,8 +197,8 @@ func (s *Schedule) validate() (string, error) {
 			return "", fmt.Errorf("%w: give a cron expression or a positive interval", ErrInvalidSchedule)
 		}
 		return "", fmt.Errorf("%w: interval must be positive, got %s", ErrInvalidSchedule, time.Duration(s.Every))
-	case time.Duration(s.Every) < time.Millisecond:
-		return "", fmt.Errorf("%w: interval must be at least 1ms, got %s", ErrInvalidSchedule, time.Duration(s.Every))
+	case time.Duration(s.Every) < MinScheduleInterval:
+		return "", fmt.Errorf("%w: interval must be at least %s, got %s", ErrInvalidSchedule, MinScheduleInterval, time.Duration(s.Every))
 	case s.TimeZone != "":
 		return "", fmt.Errorf("%w: time_zone applies to cron expressions only", ErrInvalidSchedule)
 	}

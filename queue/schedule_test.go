@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,18 @@ func TestScheduleValidate(t *testing.T) {
 		if _, err := s.validate(); !errors.Is(err, ErrInvalidSchedule) {
 			t.Errorf("%+v: err = %v, want ErrInvalidSchedule", s, err)
 		}
+	}
+	// An interval below a second flooded the queue (--every 1ms: over a
+	// thousand runs in seconds); a cron expression ticks once a second at most.
+	for _, iv := range []time.Duration{time.Millisecond, 999 * time.Millisecond} {
+		s := Schedule{Name: "x", Every: stages.Duration(iv), Plan: plan}
+		if _, err := s.validate(); !errors.Is(err, ErrInvalidSchedule) || !strings.Contains(err.Error(), "at least 1s") {
+			t.Errorf("every %s: err = %v, want ErrInvalidSchedule naming the 1s minimum", iv, err)
+		}
+	}
+	second := Schedule{Name: "x", Every: stages.Duration(time.Second), Plan: plan}
+	if _, err := second.validate(); err != nil {
+		t.Errorf("every 1s: %v", err)
 	}
 	s := Schedule{Name: "ok", Every: stages.Duration(time.Minute), Plan: plan}
 	if _, err := s.validate(); err != nil || s.Missed != dialect.MissedSkip || time.Duration(s.Grace) != DefaultScheduleGrace || s.Plan.Process != "ok" {

@@ -139,7 +139,7 @@ singleton) from a YAML or JSON file.`,
 	f.StringVar(&from, "from", "", "read the whole schedule from a YAML or JSON file")
 	f.StringVar(&s.Cron, "cron", "", "cron expression (seconds optional; CRON_TZ=Zone prefix allowed)")
 	f.StringVar(&s.TimeZone, "tz", "", "time zone of --cron, like Europe/Paris (default UTC)")
-	f.DurationVar(&every, "every", 0, "interval between ticks, like 30s or 1h (instead of --cron)")
+	f.DurationVar(&every, "every", 0, "interval between ticks, like 30s or 1h, at least 1s (instead of --cron)")
 	f.StringVar(&start, "start", "", "first tick of an --every schedule (RFC 3339; default one interval from now)")
 	f.StringVar(&file, "file", "", "plan file (.yaml, .yml or .json) each tick enqueues")
 	f.StringVar(&process, "process", "", "process of the runs (default: the plan's, else the schedule's name)")
