@@ -16,7 +16,8 @@ type Retention struct {
 	// (running ones never). Default DefaultRetainLogs.
 	Logs time.Duration
 	// Workers rows silent (or stopped) longer than this, and holding no task.
-	// Default DefaultRetainWorkers.
+	// Default DefaultRetainWorkers; a positive value below MinRetainWorkers is
+	// refused (NewWorker).
 	Workers time.Duration
 	// Processes that finished (succeeded or cancelled) longer ago than this and
 	// have no task left; their settings (priority, weight, max_parallel) go with
@@ -42,6 +43,16 @@ const (
 	// worked off over several passes instead of in one long burst of writes.
 	pruneMaxBatches = 100
 )
+
+// MinRetainWorkers is the shortest Workers retention a worker takes. A live
+// worker's row is refreshed by its heartbeats alone (at most MaxHeartbeat
+// apart, each taking up to half a lease, none landing while the database is
+// out of reach), and a row pruned under a running worker is not written again:
+// queuectl status would show no such worker, and migrate prune-routines, which
+// reads the rows, would take its routines for unused. Ten minutes is the live
+// window prune-routines uses by default (status calls a worker dead after one
+// silent minute), so no worker these still count live is pruned.
+const MinRetainWorkers = 10 * time.Minute
 
 // withDefaults fills the zero fields; negative durations mean "keep for ever".
 func (r Retention) withDefaults() Retention {

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,5 +78,30 @@ func TestServicesStartReportAndStop(t *testing.T) {
 	defer mu.Unlock()
 	if len(late) > 0 {
 		t.Errorf("services ran after Run returned: %v", late)
+	}
+}
+
+// TestRetainWorkersFloor: a Workers retention shorter than a live worker's
+// silence between heartbeats let the pruner delete live rows, the worker's
+// own among them (Workers 3s, a pass every second: status showed no worker).
+// NewWorker refuses one below MinRetainWorkers (ten minutes); zero (the
+// default) and negative (keep for ever) stay as they were.
+func TestRetainWorkersFloor(t *testing.T) {
+	_, c := openSQLite(t)
+	for _, cfg := range []queue.WorkerConfig{
+		{Retention: queue.Retention{Workers: 3 * time.Second, Every: time.Second}},
+		{Retention: queue.Retention{Workers: 10*time.Minute - time.Millisecond}},
+	} {
+		if _, err := queue.NewWorker(c, cfg); err == nil || !strings.Contains(err.Error(), "Retention.Workers must be at least") {
+			t.Errorf("lease %s, heartbeat %s, Workers %s: err = %v, want the floor named", cfg.Lease, cfg.Heartbeat, cfg.Retention.Workers, err)
+		}
+	}
+	for _, cfg := range []queue.WorkerConfig{
+		{}, {Retention: queue.Retention{Workers: -1}}, {Retention: queue.Retention{Workers: 10 * time.Minute}},
+		{Lease: 30 * time.Minute, Retention: queue.Retention{Workers: 10 * time.Minute}},
+	} {
+		if _, err := queue.NewWorker(c, cfg); err != nil {
+			t.Errorf("Workers %s: %v", cfg.Retention.Workers, err)
+		}
 	}
 }

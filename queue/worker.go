@@ -112,6 +112,10 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.Heartbeat > MaxHeartbeat {
 		return fmt.Errorf("worker: heartbeat must be at most %s (a worker silent for a minute is shown dead), got %s", MaxHeartbeat, c.Heartbeat)
 	}
+	if floor := MinRetainWorkers; c.Retention.Workers > 0 && c.Retention.Workers < floor {
+		return fmt.Errorf("worker: Retention.Workers must be at least %s (a worker beats at most every %s), or the pruner deletes live workers' rows; got %s",
+			floor, MaxHeartbeat, c.Retention.Workers)
+	}
 	if c.PollMin == 0 {
 		c.PollMin = 50 * time.Millisecond
 	}

@@ -78,4 +78,21 @@ func TestWorkerFlagsRefused(t *testing.T) {
 			t.Errorf("worker %v: exit %d, stderr %q", args, code, errb.String())
 		}
 	}
+	// A Workers retention shorter than a live worker's silence between its
+	// heartbeats: --retain-workers 3s --prune-every 1s deleted the worker's
+	// own row while it ran. The floor is ten minutes.
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--retain-workers", "3s", "--prune-every", "1s"}, "--retain-workers must be at least 10m0s"},
+		{[]string{"--retain-workers", "9m59s"}, "--retain-workers must be at least 10m0s"},
+	} {
+		var out, errb syncBuffer
+		code := Execute(context.Background(), NewWorkerCommand(),
+			append([]string{"--dsn", "mysql://never-opened/x"}, c.args...), &out, &errb)
+		if code != ExitUsage || !strings.Contains(errb.String(), c.says) {
+			t.Errorf("worker %v: exit %d, stderr %q; want exit 2 saying %q", c.args, code, errb.String(), c.says)
+		}
+	}
 }

@@ -178,13 +178,19 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 	if cfg.Heartbeat > queue.MaxHeartbeat {
 		return usageErrorf("--heartbeat (%s) must be at most %s: a worker silent for a minute is shown dead", cfg.Heartbeat, queue.MaxHeartbeat)
 	}
+	// A shorter retention deletes the rows of live workers between their
+	// heartbeats (queue.MinRetainWorkers says why this floor).
+	if floor := queue.MinRetainWorkers; cfg.Retention.Workers > 0 && cfg.Retention.Workers < floor {
+		return usageErrorf("--retain-workers must be at least %s (a worker beats at most every %s), or live workers' rows are deleted between their heartbeats; got %s",
+			floor, queue.MaxHeartbeat, cfg.Retention.Workers)
+	}
 	return nil
 }
 
 // retentionFlags adds the pruner's flags (queue/prune.go).
 func retentionFlags(f *pflag.FlagSet, r *queue.Retention) {
 	f.DurationVar(&r.Logs, "retain-logs", queue.DefaultRetainLogs, "delete Logs rows of attempts started longer ago than this (0: keep for ever)")
-	f.DurationVar(&r.Workers, "retain-workers", queue.DefaultRetainWorkers, "delete Workers rows silent longer than this (0: keep for ever)")
+	f.DurationVar(&r.Workers, "retain-workers", queue.DefaultRetainWorkers, "delete Workers rows silent longer than this, at least 10m (0: keep for ever)")
 	f.DurationVar(&r.Processes, "retain-processes", queue.DefaultRetainProcesses, "delete processes finished longer ago than this, with no task left (0: keep for ever)")
 	f.DurationVar(&r.Every, "prune-every", queue.DefaultPruneEvery, "pause between prune passes")
 	f.BoolVar(&r.Off, "no-prune", false, "do not prune on this worker (others still do)")
