@@ -2,8 +2,11 @@ package stages
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -43,9 +46,17 @@ var wholeNumberKeys = map[string]bool{
 	"order": true, "max_attempts": true, "priority": true, "weight": true, "max_parallel": true,
 }
 
-// checkYAMLWholeNumbers refuses a fraction where a plan wants a whole number:
-// YAML decoding would silently truncate order: 1.5 to 1 (JSON refuses it).
-func checkYAMLWholeNumbers(src []byte) error {
+// zeroRefusedKeys are the plan fields whose Go zero value stands for "not
+// set" (the default) though 0 is no valid value, with the rule 0 breaks:
+// written in a file, a 0 would become the default without a word, so it is
+// refused, as --max-attempts 0 is. (Left out, the field still means the
+// default.)
+var zeroRefusedKeys = map[string]string{"max_attempts": "must be >= 1"}
+
+// checkYAMLNumbers refuses a fraction where a plan wants a whole number (YAML
+// decoding would silently truncate order: 1.5 to 1; JSON refuses it), and a
+// 0 written for one of zeroRefusedKeys.
+func checkYAMLNumbers(src []byte) error {
 	var root yaml.Node
 	if err := yaml.Unmarshal(src, &root); err != nil {
 		return err
@@ -55,8 +66,17 @@ func checkYAMLWholeNumbers(src []byte) error {
 		if n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
-				if wholeNumberKeys[k.Value] && v.Kind == yaml.ScalarNode && v.ShortTag() == "!!float" {
+				if v.Kind != yaml.ScalarNode {
+					continue
+				}
+				if wholeNumberKeys[k.Value] && v.ShortTag() == "!!float" {
 					return fmt.Errorf("line %d: %s must be a whole number, got %s", v.Line, k.Value, v.Value)
+				}
+				if rule, ok := zeroRefusedKeys[k.Value]; ok && v.ShortTag() == "!!int" {
+					var got int64
+					if v.Decode(&got) == nil && got == 0 {
+						return fmt.Errorf("line %d: %s %s, got %s", v.Line, k.Value, rule, v.Value)
+					}
 				}
 			}
 		}
@@ -68,6 +88,48 @@ func checkYAMLWholeNumbers(src []byte) error {
 		return nil
 	}
 	return walk(&root)
+}
+
+// checkJSONZeros refuses a 0 written for one of zeroRefusedKeys in a JSON
+// file (already decoded once: src is one valid object), naming the field by
+// its path.
+func checkJSONZeros(src []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(src))
+	dec.UseNumber()
+	var root any
+	if err := dec.Decode(&root); err != nil {
+		return err
+	}
+	var walk func(path string, v any) error
+	walk = func(path string, v any) error {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(v)) {
+				at := k
+				if path != "" {
+					at = path + "." + k
+				}
+				if rule, ok := zeroRefusedKeys[k]; ok {
+					if n, ok := v[k].(json.Number); ok {
+						if i, err := n.Int64(); err == nil && i == 0 {
+							return fmt.Errorf("%s %s, got %s", at, rule, n)
+						}
+					}
+				}
+				if err := walk(at, v[k]); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for i, e := range v {
+				if err := walk(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk("", root)
 }
 
 // checkUTF8 refuses a file that is not valid UTF-8: encoding/json would

@@ -29,8 +29,9 @@ func FileFormat(name string) (string, error) {
 // a plan. It refuses invalid UTF-8 (encoding/json would replace the bad bytes
 // with U+FFFD and a task would run other text), unknown fields, an empty file,
 // anything after the first JSON object or YAML document (each file holds one
-// of what), and, in YAML, fractions where a whole number is wanted (which the
-// decoder would truncate). what names the file's content in its messages
+// of what), a 0 written where 0 would silently mean the default
+// (max_attempts), and, in YAML, fractions where a whole number is wanted
+// (which the decoder would truncate). what names the file's content in its messages
 // ("plan", "schedule"); its errors wrap no sentinel, so that each caller wraps
 // its own (ErrInvalidPlan, ErrInvalidSchedule).
 func Decode(src []byte, format, what string, v any) error {
@@ -46,7 +47,8 @@ func Decode(src []byte, format, what string, v any) error {
 	return fmt.Errorf("unknown format %q (yaml or json)", format)
 }
 
-// decodeJSON refuses unknown fields and anything after the object.
+// decodeJSON refuses unknown fields, anything after the object, and a 0 that
+// would mean the default.
 func decodeJSON(src []byte, what string, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(src))
 	dec.DisallowUnknownFields()
@@ -58,11 +60,12 @@ func decodeJSON(src []byte, what string, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("trailing data after the %s object: give one %s per file", what, what)
 	}
-	return nil
+	return checkJSONZeros(src)
 }
 
-// decodeYAML refuses unknown fields, an empty file, a second document, and
-// fractions where a whole number is wanted.
+// decodeYAML refuses unknown fields, an empty file, a second document,
+// fractions where a whole number is wanted, and a 0 that would mean the
+// default.
 func decodeYAML(src []byte, what string, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	dec.KnownFields(true)
@@ -75,7 +78,7 @@ func decodeYAML(src []byte, what string, v any) error {
 	if err := checkYAMLOneDocument(dec, what); err != nil {
 		return err
 	}
-	return checkYAMLWholeNumbers(src)
+	return checkYAMLNumbers(src)
 }
 
 // checkYAMLOneDocument refuses a document after the first (after a ---): the

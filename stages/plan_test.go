@@ -140,3 +140,30 @@ func TestParseRefusesASecondDocument(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRefusesAnExplicitZeroMaxAttempts: max_attempts: 0 in a plan file
+// was taken for "not set" and became the default (3), while enqueue
+// --max-attempts 0 is refused. A 0 written in the file is refused the same
+// way, where tasks and defaults take it; leaving the field out still means
+// the default.
+func TestParseRefusesAnExplicitZeroMaxAttempts(t *testing.T) {
+	for name, c := range map[string]struct{ src, format, says string }{
+		"task, yaml":     {"stages:\n  - order: 1\n    tasks:\n      - body: x\n        max_attempts: 0\n", "yaml", "line 5: max_attempts must be >= 1, got 0"},
+		"defaults, yaml": {"defaults:\n  max_attempts: 0\nstages:\n  - order: 1\n    tasks: [{body: x}]\n", "yaml", "line 2: max_attempts must be >= 1, got 0"},
+		"flow, yaml":     {"stages: [{order: 1, tasks: [{body: x, max_attempts: 0x0}]}]\n", "yaml", "line 1: max_attempts must be >= 1, got 0x0"},
+		"task, json":     {`{"stages":[{"order":1,"tasks":[{"body":"x"},{"body":"y","max_attempts":0}]}]}`, "json", "stages[0].tasks[1].max_attempts must be >= 1, got 0"},
+		"defaults, json": {`{"defaults":{"max_attempts":-0},"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "json", "defaults.max_attempts must be >= 1, got -0"},
+	} {
+		_, err := Parse(strings.NewReader(c.src), c.format)
+		if !errors.Is(err, ErrInvalidPlan) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: err = %v, want ErrInvalidPlan saying %q", name, err, c.says)
+		}
+	}
+	p, err := Parse(strings.NewReader(`{"defaults":{"kind":"sql"},"stages":[{"order":1,"tasks":[{"body":"x","max_attempts":1},{"body":"y"}]}]}`), "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := p.Resolve(); sp.Tasks[0].MaxAttempts != 1 || sp.Tasks[1].MaxAttempts != DefaultMaxAttempts {
+		t.Errorf("resolved %+v: want 1, then the default", sp.Tasks)
+	}
+}

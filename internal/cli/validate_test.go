@@ -31,6 +31,10 @@ func TestEnqueueRefusesUnstorableInput(t *testing.T) {
 			{"max_attempts 9999999999 is out of range", []string{"--order", "1", "--max-attempts", "9999999999", "SELECT 1"}},
 			{"order 99999999999 is out of range", []string{"--file", qcFile(t, "big.yaml", "stages:\n  - order: 99999999999\n    tasks: [{body: SELECT 1}]\n")}},
 			{"max_parallel 99999999999 is out of range", []string{"--file", qcFile(t, "bigp.yaml", "max_parallel: 99999999999\nstages:\n  - order: 1\n    tasks: [{body: SELECT 1}]\n")}},
+			// Taken for "not set", it became 3; --max-attempts 0 is refused.
+			{"line 4: max_attempts must be >= 1, got 0", []string{"--file", qcFile(t, "zero.yaml", "stages:\n  - order: 1\n    tasks: [{body: SELECT 1,\n      max_attempts: 0}]\n")}},
+			{"stages[0].tasks[0].max_attempts must be >= 1, got 0", []string{"--file", qcFile(t, "zero.json", `{"stages":[{"order":1,"tasks":[{"body":"SELECT 1","max_attempts":0}]}]}`)}},
+			{"--max-attempts must be >= 1, got 0", []string{"--order", "1", "--max-attempts", "0", "SELECT 1"}},
 			// A second plan after --- was dropped without a word (exit 0, the first one enqueued).
 			{"line 5: a second YAML document: give one plan per file", []string{"--file", qcFile(t, "multidoc.yaml",
 				"process: p1\nstages:\n  - order: 1\n    tasks: [{body: SELECT 1}]\n---\nprocess: p2\nstages:\n  - order: 1\n    tasks: [{body: SELECT 2}]\n")}},
