@@ -32,10 +32,21 @@ func CheckText(field, s string) error {
 }
 
 // CheckInt32 refuses a whole number outside the 32-bit range every dialect's
-// int columns hold.
+// int columns hold, for a field that takes any of them (a priority; others
+// take CheckRange).
 func CheckInt32(field string, v int) error {
 	if v < math.MinInt32 || v > math.MaxInt32 {
 		return fmt.Errorf("%s %d is out of range: it must fit in 32 bits (%d to %d)", field, v, math.MinInt32, math.MaxInt32)
+	}
+	return nil
+}
+
+// CheckRange refuses a whole number outside lo..hi, the range a field takes
+// (within the 32 bits every dialect's int columns hold), naming that range
+// rather than the columns' own: an order is never negative.
+func CheckRange(field string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s %d is out of range: it must be a whole number from %d to %d", field, v, lo, hi)
 	}
 	return nil
 }

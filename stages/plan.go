@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 )
@@ -137,10 +138,20 @@ func (p Plan) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    *int
-	}{{"priority", p.Priority}, {"weight", p.Weight}, {"max_parallel", p.MaxParallel},
-		{"defaults.max_attempts", &p.Defaults.MaxAttempts}, {"defaults.priority", &p.Defaults.Priority}} {
+	}{{"priority", p.Priority}, {"defaults.priority", &p.Defaults.Priority}} {
 		if f.v != nil {
 			if err := CheckInt32(f.name, *f.v); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+			}
+		}
+	}
+	for _, f := range []struct {
+		name   string
+		v      *int
+		lo, hi int
+	}{{"weight", p.Weight, 1, MaxWeight}, {"max_parallel", p.MaxParallel, 0, math.MaxInt32}} {
+		if f.v != nil {
+			if err := CheckRange(f.name, *f.v, f.lo, f.hi); err != nil {
 				return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
 			}
 		}
@@ -152,6 +163,11 @@ func (p Plan) Validate() error {
 	}
 	if p.Defaults.MaxAttempts < 0 {
 		return fmt.Errorf("%w: defaults.max_attempts must be >= 1, got %d", ErrInvalidPlan, p.Defaults.MaxAttempts)
+	}
+	if m := p.Defaults.MaxAttempts; m != 0 { // 0: not set, the default
+		if err := CheckRange("defaults.max_attempts", m, 1, math.MaxInt32); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
+		}
 	}
 	if err := p.Settings().Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidPlan, err)
@@ -173,7 +189,7 @@ func (p Plan) Validate() error {
 		if *s.Order < 0 {
 			return fmt.Errorf("%w: %s: order must be >= 0, got %d", ErrInvalidPlan, where, *s.Order)
 		}
-		if err := CheckInt32("order", *s.Order); err != nil {
+		if err := CheckRange("order", *s.Order, 0, math.MaxInt32); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrInvalidPlan, where, err)
 		}
 		if err := CheckText("limit", s.Limit); err != nil {
@@ -209,16 +225,16 @@ func (t Task) validate() error {
 	if strings.TrimSpace(t.Body) == "" {
 		return errors.New("body must not be empty")
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"max_attempts", t.MaxAttempts}, {"priority", t.Priority}} {
-		if err := CheckInt32(f.name, f.v); err != nil {
-			return err
-		}
+	if err := CheckInt32("priority", t.Priority); err != nil {
+		return err
 	}
 	if t.MaxAttempts < 0 {
 		return fmt.Errorf("max_attempts must be >= 1, got %d", t.MaxAttempts)
+	}
+	if t.MaxAttempts != 0 { // 0: not set, the default
+		if err := CheckRange("max_attempts", t.MaxAttempts, 1, math.MaxInt32); err != nil {
+			return err
+		}
 	}
 	if t.Delay < 0 {
 		return fmt.Errorf("delay must not be negative, got %s", time.Duration(t.Delay))

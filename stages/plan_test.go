@@ -167,3 +167,23 @@ func TestParseRefusesAnExplicitZeroMaxAttempts(t *testing.T) {
 		t.Errorf("resolved %+v: want 1, then the default", sp.Tasks)
 	}
 }
+
+// TestRangeErrorsNameTheFieldsRange: a number beyond 32 bits in a field that
+// takes no negative number was refused with the columns' signed range
+// ("-2147483648 to 2147483647"), though an order must be >= 0 (enqueue
+// --order 4294967296 said so). The message names the field's own range.
+func TestRangeErrorsNameTheFieldsRange(t *testing.T) {
+	for name, c := range map[string]struct{ src, says string }{
+		"order":                 {`{"stages":[{"order":4294967296,"tasks":[{"body":"x"}]}]}`, "stages[0]: order 4294967296 is out of range: it must be a whole number from 0 to 2147483647"},
+		"max_attempts":          {`{"stages":[{"order":1,"tasks":[{"body":"x","max_attempts":9999999999}]}]}`, "stages[0].tasks[0]: max_attempts 9999999999 is out of range: it must be a whole number from 1 to 2147483647"},
+		"defaults.max_attempts": {`{"defaults":{"max_attempts":9999999999},"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "defaults.max_attempts 9999999999 is out of range: it must be a whole number from 1 to 2147483647"},
+		"max_parallel":          {`{"max_parallel":99999999999,"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "max_parallel 99999999999 is out of range: it must be a whole number from 0 to 2147483647"},
+		"weight":                {`{"weight":99999999999,"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "weight 99999999999 is out of range: it must be a whole number from 1 to 1000"},
+		"priority":              {`{"priority":99999999999,"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "priority 99999999999 is out of range: it must fit in 32 bits (-2147483648 to 2147483647)"},
+	} {
+		_, err := Parse(strings.NewReader(c.src), "json")
+		if !errors.Is(err, ErrInvalidPlan) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: err = %v, want ErrInvalidPlan saying %q", name, err, c.says)
+		}
+	}
+}

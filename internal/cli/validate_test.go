@@ -25,7 +25,7 @@ func TestEnqueueRefusesUnstorableInput(t *testing.T) {
 			{"kind is not valid UTF-8", []string{"--kind", "k\xc3", "--order", "1", "x"}},
 			{"not valid UTF-8", []string{"--file", qcFile(t, "bad.json", "{\"stages\":[{\"order\":1,\"tasks\":[{\"body\":\"SELECT '\xff'\"}]}]}")}},
 			{"not valid UTF-8", []string{"--file", qcFile(t, "bad.yaml", "stages:\n  - order: 1\n    tasks: [{body: \"SELECT '\xff'\"}]\n")}},
-			{"order 4294967296 is out of range", []string{"--order", "4294967296", "SELECT 1"}},
+			{"order 4294967296 is out of range: it must be a whole number from 0 to 2147483647", []string{"--order", "4294967296", "SELECT 1"}},
 			{"priority 2147483648 is out of range", []string{"--order", "1", "--priority", "2147483648", "SELECT 1"}},
 			{"priority -2147483649 is out of range", []string{"--order", "1", "--priority", "-2147483649", "SELECT 1"}},
 			{"max_attempts 9999999999 is out of range", []string{"--order", "1", "--max-attempts", "9999999999", "SELECT 1"}},
