@@ -42,7 +42,7 @@ WITH gone AS (
 INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
 SELECT g.id, g.process_id, p.name, g.execution_order, g.kind, g.body, $2, g.attempt,
-       0, clock_timestamp(), clock_timestamp(), 0, $3, $4, g.schedule_name, g.scheduled_for
+       0, statement_timestamp(), statement_timestamp(), 0, $3, $4, g.schedule_name, g.scheduled_for
   FROM gone g JOIN stageq.processes p ON p.id = g.process_id`
 	runningProcessSQL = `SELECT count(*) FROM stageq.tasks WHERE process_id = $1 AND state = 'running'`
 
@@ -54,19 +54,20 @@ SELECT g.id, g.process_id, p.name, g.execution_order, g.kind, g.body, $2, g.atte
 	// Operator actions leave a Logs row per task they change, written before the
 	// change under the same locks (failed tasks change only under their
 	// process's lock, so none can slip between the two). In: process id (or
-	// task id), who, outcome, note. The rows are dated when written, after
-	// the process's lock was had (clock_timestamp(), not now(), the start of
-	// a transaction that may have waited for that lock): claims take no
-	// process lock, and an attempt started while the action waited must not
-	// look newer than the action (the end state, open_stage's end_state).
-	// cancelProcessSQL's rows likewise.
+	// task id), who, outcome, note. The rows are dated by their statement,
+	// which runs once the process's lock is had (statement_timestamp(), not
+	// now(), the start of a transaction that may have waited for that lock):
+	// claims take no process lock, and an attempt started while the action
+	// waited must not look newer than the action (the end state, open_stage's
+	// end_state). One statement's rows share one instant, as a bulk action's
+	// did. cancelProcessSQL's rows likewise.
 	auditProcessSQL = auditRowsSQL + ` WHERE t.process_id = $1 AND t.state = 'failed'`
 	auditTaskSQL    = auditRowsSQL + ` WHERE t.id = $1`
 	auditRowsSQL    = `
 INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
 SELECT t.id, t.process_id, ` + auditNameSQL + `, t.execution_order, t.kind, t.body, $2, t.attempt,
-       0, clock_timestamp(), clock_timestamp(), 0, $3, $4, t.schedule_name, t.scheduled_for
+       0, statement_timestamp(), statement_timestamp(), 0, $3, $4, t.schedule_name, t.scheduled_for
   FROM stageq.tasks t LEFT JOIN stageq.processes p ON p.id = t.process_id`
 	// auditNameSQL names the audited task's process: by its row, or, where a
 	// DBA deleted that (a task can outlive it: no foreign key since migration
