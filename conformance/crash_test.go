@@ -152,21 +152,8 @@ func TestSIGTERMReleases(t *testing.T) {
 		waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
 			return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
 		})
-		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-w.done:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the worker did not exit after SIGTERM")
-		}
-		if code := w.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("worker exited %d after SIGTERM, want 0\n%s", code, w.output())
-		}
-		entries := db.logs(t, dialect.LogFilter{TaskID: id})
-		if len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
-			t.Fatalf("logs = %+v, want one released attempt", entries)
-		}
+		w.terminate(t, true)
+		wantReleasedOnce(t, db, id)
 		tasks := db.tasks(t, dialect.TaskFilter{Process: "term"})
 		if len(tasks) != 1 || tasks[0].State != dialect.StateAvailable || tasks[0].Attempt != 0 {
 			t.Fatalf("task after release = %+v, want available with its attempt given back", tasks)
@@ -195,18 +182,8 @@ func TestSIGTERMReleasesOnlyAStoppedBody(t *testing.T) {
 		return n
 	}
 	waitFor(t, 20*time.Second, "the body to run", func() bool { return running() == 1 })
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-w.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the worker did not exit after SIGTERM")
-	}
-	entries := db.logs(t, dialect.LogFilter{TaskID: id})
-	if len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
-		t.Fatalf("logs = %+v, want one released attempt", entries)
-	}
+	w.terminate(t, true)
+	wantReleasedOnce(t, db, id)
 	if n := running(); n != 0 {
 		t.Fatalf("the task was released while its body still ran in %d session(s)", n)
 	}
@@ -222,23 +199,36 @@ func TestSecondSIGTERMReleasesAtOnce(t *testing.T) {
 	waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
 		return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
 	})
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	w.terminate(t, false)
 	waitFor(t, 10*time.Second, "the worker to begin its shutdown", func() bool {
 		return strings.Contains(w.output(), "waiting for running tasks")
 	})
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	w.terminate(t, true) // well within the grace of a minute
+	wantReleasedOnce(t, db, id)
+}
+
+// terminate sends SIGTERM to w and, with wait, waits for it to exit 0.
+func (p *workerProcess) terminate(t *testing.T, wait bool) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	if !wait {
+		return
+	}
 	select {
-	case <-w.done:
+	case <-p.done:
 	case <-time.After(20 * time.Second):
-		t.Fatal("the worker did not exit after a second SIGTERM")
+		t.Fatal("the worker did not exit after SIGTERM")
 	}
-	if code := w.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("worker exited %d, want 0\n%s", code, w.output())
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("worker exited %d after SIGTERM, want 0\n%s", code, p.output())
 	}
+}
+
+// wantReleasedOnce fails the test unless task id has one attempt in Logs, released.
+func wantReleasedOnce(t *testing.T, db *testDB, id int64) {
+	t.Helper()
 	if entries := db.logs(t, dialect.LogFilter{TaskID: id}); len(entries) != 1 || entries[0].Outcome != dialect.OutcomeReleased {
 		t.Fatalf("logs = %+v, want one released attempt", entries)
 	}

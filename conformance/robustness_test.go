@@ -198,32 +198,12 @@ func TestOpenSubmissionDoesNotStallOthers(t *testing.T) {
 // the results of other processes' tasks, finished meanwhile by the same
 // worker, are recorded without waiting for it. (Not SQLite: one writer.)
 func TestHandBackDoesNotStallSuccesses(t *testing.T) {
-	forEachDialectBut(t, "sqlite", "SQLite has one writer at a time: an open write transaction holds every finish back", func(t *testing.T, db *testDB) {
-		db.skipOnBabelfish(t, "G1: table hints are ignored (harness_test.go)")
-		const n = 6
-		tx := busyBesideOthers(t, db, stages.Task{Kind: "flaky", Body: "fails once"}, n)
-		defer tx.Rollback()
-		cfg := fastConfig()
-		cfg.Concurrency = 3
-		startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
-			w.Handle("work", func(context.Context, *queue.Task) error {
-				time.Sleep(100 * time.Millisecond) // the flaky task fails first
-				return nil
-			})
-			w.Handle("flaky", func(_ context.Context, task *queue.Task) error {
-				if task.Attempt == 1 {
-					return errors.New("transient")
-				}
-				return nil
-			})
+	recordedBesideHeldProcess(t, "flaky", dialect.OutcomeSucceeded, func(w *queue.Worker) {
+		w.Handle("work", func(context.Context, *queue.Task) error {
+			time.Sleep(100 * time.Millisecond) // the flaky task fails first
+			return nil
 		})
-		waitFor(t, 15*time.Second, "the other process's results to be recorded while the submission is open", func() bool {
-			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: dialect.OutcomeSucceeded})) == n
-		})
-		if got := db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeFailed}); len(got) != 0 {
-			t.Errorf("the hand-back was recorded while its process row was held: %+v", got)
-		}
-		drainBusy(t, db, tx, 30*time.Second)
+		w.Handle("flaky", failOnce)
 	})
 }
 
@@ -233,26 +213,37 @@ func TestHandBackDoesNotStallSuccesses(t *testing.T) {
 // it (a wait past the statement timeout would leave those attempts to run
 // again once their leases expired). (Not SQLite: one writer.)
 func TestHandBacksOfOtherProcessesDoNotWait(t *testing.T) {
+	recordedBesideHeldProcess(t, "work", dialect.OutcomeFailed, func(w *queue.Worker) {
+		w.Handle("work", failOnce)
+	})
+}
+
+// failOnce is a handler whose first attempt fails, for a retry.
+func failOnce(_ context.Context, task *queue.Task) error {
+	if task.Attempt == 1 {
+		return errors.New("transient")
+	}
+	return nil
+}
+
+// recordedBesideHeldProcess runs busyBesideOthers with a first task of kind
+// first on one worker with handlers, and wants the other process's tasks'
+// first attempts recorded with outcome while the busy process's row is held,
+// and the busy process's hand-back not, until the submission commits.
+func recordedBesideHeldProcess(t *testing.T, first string, outcome dialect.Outcome, handlers func(*queue.Worker)) {
 	forEachDialectBut(t, "sqlite", "SQLite has one writer at a time: an open write transaction holds every finish back", func(t *testing.T, db *testDB) {
 		db.skipOnBabelfish(t, "G1: table hints are ignored (harness_test.go)")
 		const n = 6
-		tx := busyBesideOthers(t, db, stages.Task{Kind: "work", Body: "fails once"}, n)
+		tx := busyBesideOthers(t, db, stages.Task{Kind: first, Body: "fails once"}, n)
 		defer tx.Rollback()
 		cfg := fastConfig()
 		cfg.Concurrency = 3
-		startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
-			w.Handle("work", func(_ context.Context, task *queue.Task) error {
-				if task.Attempt == 1 {
-					return errors.New("transient")
-				}
-				return nil
-			})
-		})
-		waitFor(t, 15*time.Second, "the other process's retries to be recorded while the submission is open", func() bool {
-			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: dialect.OutcomeFailed})) == n
+		startWorkers(t, db, 1, cfg, handlers)
+		waitFor(t, 15*time.Second, "the other process's ends to be recorded while the submission is open", func() bool {
+			return len(db.logs(t, dialect.LogFilter{Process: "others", Outcome: outcome})) == n
 		})
 		if got := db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeFailed}); len(got) != 0 {
-			t.Errorf("the busy process's hand-back was recorded while its process row was held: %+v", got)
+			t.Errorf("the hand-back was recorded while its process row was held: %+v", got)
 		}
 		drainBusy(t, db, tx, 30*time.Second)
 	})
