@@ -18,8 +18,12 @@ import (
 // SELECT ... FOR UPDATE) is skipped, not waited for: one locked row would
 // otherwise hold back the extension of every other lease of the worker, past
 // their expiry, and the worker would abandon attempts that ran well. A
-// skipped one is answered as still held when its last committed version is
-// the worker's; the next beat extends it.
+// skipped one is answered as still held only while its last committed
+// version is the worker's and at least half a lease of it is left: the next
+// beat, a third of a lease away at most, may extend it. Past that it is
+// answered as lost, and the worker stops its attempt before the lease ends
+// (a rescue may free the task once the row is let go: its body must not run
+// on beside another worker's).
 const extendSQL = `
 WITH h AS (
     SELECT * FROM unnest($3::bigint[], $4::bigint[]) AS h(id, token)
@@ -36,7 +40,8 @@ SELECT id, lease_token FROM extended
 UNION ALL
 SELECT t.id, t.lease_token FROM stageq.tasks t JOIN h ON t.id = h.id
  WHERE CASE WHEN t.state = 'running' THEN t.lease_token END = h.token AND t.worker_id = $1
-   AND t.id NOT IN (SELECT id FROM mine)`
+   AND t.id NOT IN (SELECT id FROM mine)
+   AND t.lease_expires_at > now() + $2 * interval '1 millisecond' / 2`
 
 // TaskExtendLeases implements dialect.Dialect.
 func (p *Postgres) TaskExtendLeases(ctx context.Context, ep dialect.ExtendParams) ([]dialect.TaskLease, error) {
