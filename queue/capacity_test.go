@@ -69,3 +69,32 @@ func TestPrefetchAfterResetAndLongerBodies(t *testing.T) {
 		t.Fatalf("prefetch %d after many bodies of 40ms, want 2", got)
 	}
 }
+
+// TestConnPauseDoublesPerBurst: the bodies of one claim that all fail to get
+// a connection make one pause, not one doubling each; a failure after that
+// pause doubles it, up to its bound, and a body that starts ends it.
+func TestConnPauseDoublesPerBurst(t *testing.T) {
+	var p connPause
+	now := time.Now()
+	for range 8 { // eight bodies of one claim
+		p.failed(now)
+	}
+	if got := p.left(now); got != connPauseMin {
+		t.Fatalf("after one burst of eight refusals claims wait %s; want %s", got, connPauseMin)
+	}
+	now = now.Add(connPauseMin)
+	if got := p.failed(now); got != 2*connPauseMin {
+		t.Fatalf("a refusal after the pause: %s; want %s", got, 2*connPauseMin)
+	}
+	for range 20 {
+		now = now.Add(connPauseMax)
+		p.failed(now)
+	}
+	if got := p.left(now); got != connPauseMax {
+		t.Fatalf("after many bursts claims wait %s; want the bound %s", got, connPauseMax)
+	}
+	p.ok()
+	if got := p.left(now); got != 0 {
+		t.Fatalf("after a body started claims wait %s; want none", got)
+	}
+}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,9 +12,10 @@ import (
 // row doubles the pause, from connPauseMin up to connPauseMax; a body that
 // gets its connection ends it.
 type connPause struct {
-	mu    sync.Mutex
-	until time.Time
-	next  time.Duration
+	mu     sync.Mutex
+	until  time.Time
+	next   time.Duration
+	paused atomic.Bool // a pause was taken and no body has started since
 }
 
 const (
@@ -22,26 +24,38 @@ const (
 )
 
 // failed notes a body that could not get a connection and returns how long
-// claims now wait.
+// claims now wait. The bodies of one claim fail together: a failure while a
+// pause runs belongs to the same burst and leaves it as it is; only one after
+// it, from the claims that followed, doubles the next.
 func (p *connPause) failed(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.next = min(max(p.next*2, connPauseMin), connPauseMax)
-	if u := now.Add(p.next); u.After(p.until) {
-		p.until = u
+	if now.Before(p.until) {
+		return p.until.Sub(now)
 	}
+	p.next = min(max(p.next*2, connPauseMin), connPauseMax)
+	p.until = now.Add(p.next)
+	p.paused.Store(true)
 	return p.next
 }
 
-// ok notes a body that got its connection.
+// ok notes a body that got its connection. Every body start calls it: a
+// flag spares them the lock while no pause was ever taken.
 func (p *connPause) ok() {
+	if !p.paused.Load() {
+		return
+	}
 	p.mu.Lock()
 	p.next, p.until = 0, time.Time{}
+	p.paused.Store(false)
 	p.mu.Unlock()
 }
 
 // left is how long claims still wait (0: they may go on).
 func (p *connPause) left(now time.Time) time.Duration {
+	if !p.paused.Load() {
+		return 0
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return max(p.until.Sub(now), 0)
