@@ -34,8 +34,8 @@ type finishReq struct {
 // writes it; whatever arrives during that write goes in the next. Under load
 // that is one round trip for many tasks; idle, one for one.
 func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-chan finishReq) {
-	var writing sync.WaitGroup // the retries of failed batches, one by one
-	defer writing.Wait()
+	split := &splitter{slots: make(chan struct{}, maxSplitWrites)}
+	defer split.wg.Wait()
 	last := 0
 	for first := range in {
 		var wait time.Duration
@@ -44,7 +44,7 @@ func (w *Worker) finishLoop(ctx context.Context, bf dialect.BatchFinisher, in <-
 		}
 		batch := collectBatch(in, first, wait)
 		last = len(batch)
-		w.writeBatch(ctx, bf, batch, &writing)
+		w.writeBatch(ctx, bf, batch, split)
 	}
 }
 
@@ -74,19 +74,32 @@ func (w *Worker) handBackLoop(ctx context.Context, bf dialect.BatchFinisher, in 
 			writing.Add(1)
 			go func(batch []finishReq) {
 				defer func() { <-slots; writing.Done() }()
-				w.writeBatch(ctx, bf, batch, &writing)
+				// Not split when it fails: what fails a batch of one process's
+				// hand-backs is its process's row, held, which each end alone
+				// would wait for again.
+				w.writeBatch(ctx, bf, batch, nil)
 			}(byProcess[pid])
 		}
 	}
 }
 
+// maxSplitWrites bounds the ends of failed batches sent again at once.
+const maxSplitWrites = 4
+
+// splitter sends the ends of a failed batch again one by one, up to
+// maxSplitWrites at once; wg tracks them.
+type splitter struct {
+	wg    sync.WaitGroup
+	slots chan struct{}
+}
+
 // writeBatch records one batch of ends and answers each request. When a batch
-// of several fails, the ends it did not record are sent again one by one, at
-// once and apart (tracked by split): one task row that another transaction
-// holds (an operator's SELECT ... FOR UPDATE) fails the whole batch at the
-// statement timeout, and its other ends would otherwise be lost with it,
-// their attempts run again once their leases expired.
-func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch []finishReq, split *sync.WaitGroup) {
+// of several fails and split is not nil, the ends it did not record are sent
+// again one by one, apart: one task row that another transaction holds (an
+// operator's SELECT ... FOR UPDATE) fails the whole batch at the statement
+// timeout, and its other ends would otherwise be lost with it, their attempts
+// run again once their leases expired.
+func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch []finishReq, split *splitter) {
 	ps := make([]dialect.FinishParams, len(batch))
 	for i, r := range batch {
 		ps[i] = r.fp
@@ -101,9 +114,14 @@ func (w *Worker) writeBatch(ctx context.Context, bf dialect.BatchFinisher, batch
 	w.advance(res.Advance)
 	for i, r := range batch {
 		switch {
-		case !res.Recorded(i, err) && len(batch) > 1:
-			split.Add(1)
-			go func() { defer split.Done(); w.writeBatch(ctx, bf, []finishReq{r}, split) }()
+		case !res.Recorded(i, err) && len(batch) > 1 && split != nil:
+			split.wg.Add(1)
+			go func() {
+				defer split.wg.Done()
+				split.slots <- struct{}{}
+				defer func() { <-split.slots }()
+				w.writeBatch(ctx, bf, []finishReq{r}, split)
+			}()
 		case !res.Recorded(i, err):
 			r.done <- err
 		case i >= len(res.Held) || !res.Held[i]:
