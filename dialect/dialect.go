@@ -431,6 +431,7 @@ type TaskFilter struct {
 	Process string
 	State   string
 	Limit   int
+	Kind    string // "" for every kind
 }
 
 // TaskInfo is a task still in the queue.

@@ -113,8 +113,9 @@ func TestWaitReturnsTheEnd(t *testing.T) {
 
 // TestExitWhenIdleWaitsForWorkLeft: a batch worker (ExitWhenIdle) stays while
 // a task of its kinds waits for a retry's backoff or a delay longer than its
-// idle time, and exits once that work has run; a task of a kind it does not
-// run, or one behind a failed task, does not keep it.
+// idle time (behind many of another kind in the list), and exits once that
+// work has run; a task of a kind it does not run, or one behind a failed
+// task, does not keep it.
 func TestExitWhenIdleWaitsForWorkLeft(t *testing.T) {
 	ctx, c := openSQLite(t)
 	if _, err := c.Enqueue(ctx, "retried", 1, stages.Task{Body: "SELECT * FROM no_such_table", MaxAttempts: 2}); err != nil {
@@ -123,7 +124,16 @@ func TestExitWhenIdleWaitsForWorkLeft(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "retried", 2, stages.Task{Body: "SELECT 1"}); err != nil { // behind the failure
 		t.Fatal(err)
 	}
-	if _, err := c.Enqueue(ctx, "delayed", 1, stages.Task{Body: "SELECT 1", RunAt: time.Now().Add(time.Second)}); err != nil {
+	if _, err := c.Enqueue(ctx, "z-delayed", 1, stages.Task{Body: "SELECT 1", RunAt: time.Now().Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// Many tasks of another kind, listed before the worker's own.
+	gpu := make([]stages.Task, 250)
+	for i := range gpu {
+		gpu[i] = stages.Task{Kind: "gpu", Body: "x", RunAt: time.Now().Add(time.Hour)}
+	}
+	one := 1
+	if _, err := c.Submit(ctx, stages.Plan{Process: "a-gpu", Stages: []stages.Stage{{Order: &one, Tasks: gpu}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Enqueue(ctx, "elsewhere", 1, stages.Task{Kind: "nobody-here", Body: "x"}); err != nil {
@@ -144,7 +154,7 @@ func TestExitWhenIdleWaitsForWorkLeft(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker did not exit within 30 s")
 	}
-	for process, want := range map[string]int{"retried": 2, "delayed": 1} {
+	for process, want := range map[string]int{"retried": 2, "z-delayed": 1} {
 		if l, err := c.Dialect().LogList(ctx, dialect.LogFilter{Process: process}); err != nil || len(l) != want {
 			t.Errorf("process %s: %d attempts (%v) when the worker exited; want %d", process, len(l), err, want)
 		}

@@ -36,9 +36,10 @@ type WorkerConfig struct {
 	// database has them, wake the worker sooner.
 	PollMin, PollMax time.Duration
 	// ExitWhenIdle makes Run return once no task has run for this long (the
-	// seed's @WaitingTime) and none is left that would: none runs anywhere,
-	// and none of the worker's kinds waits, available or scheduled (a retry's
-	// backoff, a delay). Zero runs until the context ends.
+	// seed's @WaitingTime) and none of the worker's kinds is left to run:
+	// none available or scheduled (a retry's backoff, a delay), none waiting
+	// for a stage that a running task may still end. Zero runs until the
+	// context ends.
 	ExitWhenIdle time.Duration
 	// StatementTimeout bounds how long the worker waits for the database to
 	// answer one of the queue's own statements (claims, completions, stage

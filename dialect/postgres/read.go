@@ -29,6 +29,7 @@ SELECT t.id, p.name, t.execution_order, t.kind, t.body, t.state, t.attempt, t.ma
   FROM stageq.processes p CROSS JOIN LATERAL ` + tasksOf("p.id") + ` t
  WHERE ($1 = '' OR p.name = $1)
    AND ($2 = '' OR t.state = $2)
+   AND ($4 = '' OR t.kind = $4)
  ORDER BY p.name, t.execution_order, t.id
  LIMIT $3`
 

@@ -183,7 +183,7 @@ type Statements struct {
 	// LogListNewest is LogList's newest rows first (LogFilter.Newest); its
 	// parameters are LogList's.
 	LogListNewest string
-	// TaskList reads tasks. In: process, state ("" for all), limit.
+	// TaskList reads tasks. In: process, state ("" for all), limit, kind ("" for all).
 	TaskList string
 	// ProcessGet reads a process by name. Out: id, name, state, current order.
 	ProcessGet string

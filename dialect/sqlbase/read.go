@@ -39,7 +39,7 @@ func (b *Base) LogList(ctx context.Context, f dialect.LogFilter) ([]dialect.LogE
 
 // TaskList implements dialect.Dialect.
 func (b *Base) TaskList(ctx context.Context, f dialect.TaskFilter) ([]dialect.TaskInfo, error) {
-	return list(ctx, b, "tasks", b.SQL.TaskList, dialect.ScanTaskInfo, f.Process, f.State, rowLimit(f.Limit))
+	return list(ctx, b, "tasks", b.SQL.TaskList, dialect.ScanTaskInfo, f.Process, f.State, rowLimit(f.Limit), f.Kind)
 }
 
 // ProcessGet implements dialect.Dialect.

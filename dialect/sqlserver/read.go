@@ -40,17 +40,19 @@ SELECT TOP (@Limit) l.id, l.task_id, l.process_id, l.process_name, l.execution_o
    AND (@ProcessId = 0 OR l.process_id = @ProcessId)`
 
 // taskListSQL reads the tasks still queued. In: process name, state (empty for
-// all), row limit. Out: tasks by process, order and id.
+// all), row limit, kind (empty for all). Out: tasks by process, order and id.
 const taskListSQL = `
 SET NOCOUNT ON;
 DECLARE @Process nvarchar(400) = @pProcess,
         @State varchar(20) = @pState,
-        @Limit int = @pLimit;
+        @Limit int = @pLimit,
+        @Kind nvarchar(400) = @pKind;
 SELECT TOP (@Limit) t.id, t.process_name, t.execution_order, t.kind, t.body, t.state, t.attempt,
        t.max_attempts, t.priority, t.run_at, COALESCE(t.worker_id, N''), COALESCE(t.last_error, N''), t.abandons
   FROM stageq.Tasks AS t
  WHERE (@Process = N'' OR t.process_name = @Process)
    AND (@State = '' OR t.state = @State)
+   AND (@Kind = N'' OR t.kind = @Kind)
  ORDER BY t.process_name, t.execution_order, t.id
 OPTION (RECOMPILE);`
 
