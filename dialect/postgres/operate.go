@@ -38,12 +38,14 @@ UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = n
 WITH gone AS (
     DELETE FROM stageq.tasks WHERE process_id = $1 AND state <> 'running'
     RETURNING id, process_id, execution_order, kind, body, attempt, schedule_name, scheduled_for
+), done AS (
+    SELECT clock_timestamp() AS at FROM (SELECT count(*) FROM gone) n
 )
 INSERT INTO stageq.logs (task_id, process_id, process_name, execution_order, kind, body, worker_id, attempt,
                          lease_token, started_at, ended_at, duration_ms, outcome, error, schedule_name, scheduled_for)
 SELECT g.id, g.process_id, p.name, g.execution_order, g.kind, g.body, $2, g.attempt,
-       0, statement_timestamp(), statement_timestamp(), 0, $3, $4, g.schedule_name, g.scheduled_for
-  FROM gone g JOIN stageq.processes p ON p.id = g.process_id`
+       0, d.at, d.at, 0, $3, $4, g.schedule_name, g.scheduled_for
+  FROM gone g JOIN stageq.processes p ON p.id = g.process_id CROSS JOIN done d`
 	runningProcessSQL = `SELECT count(*) FROM stageq.tasks WHERE process_id = $1 AND state = 'running'`
 
 	taskProcessSQL = `SELECT process_id FROM stageq.tasks WHERE id = $1`
@@ -60,7 +62,9 @@ SELECT g.id, g.process_id, p.name, g.execution_order, g.kind, g.body, $2, g.atte
 	// claims take no process lock, and an attempt started while the action
 	// waited must not look newer than the action (the end state, open_stage's
 	// end_state). One statement's rows share one instant, as a bulk action's
-	// did. cancelProcessSQL's rows likewise.
+	// did. cancelProcessSQL's rows are dated once its DELETE has ended
+	// (clock_timestamp() after every row of gone): the DELETE may wait for a
+	// task row a claim took meanwhile, and then passes over it, running.
 	auditProcessSQL = auditRowsSQL + ` WHERE t.process_id = $1 AND t.state = 'failed'`
 	auditTaskSQL    = auditRowsSQL + ` WHERE t.id = $1`
 	auditRowsSQL    = `
