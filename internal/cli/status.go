@@ -212,8 +212,8 @@ func printStatus(ctx context.Context, op dialect.Operator, w io.Writer, f dialec
 // running, before follow says why its next task waits.
 var stuckAfter = 10 * time.Second
 
-// waitNote says why the first task of a process (of its lowest stage) is not
-// running: follow prints it when the process has stood still, so that a task
+// waitNote says why the first task of a process that could run (else its
+// first task) is not running: follow prints it when the process has stood still, so that a task
 // no live worker can run (its kind, a full limit, a pause) does not leave
 // --wait silent for ever. Nil where the dialect cannot explain.
 func waitNote(d dialect.Dialect, name string, deadAfter time.Duration) func(context.Context) string {
@@ -222,8 +222,19 @@ func waitNote(d dialect.Dialect, name string, deadAfter time.Duration) func(cont
 		return nil
 	}
 	return func(ctx context.Context) string {
-		ts, err := d.TaskList(ctx, dialect.TaskFilter{Process: name, Limit: 1})
-		if err != nil || len(ts) == 0 {
+		// A task that could run now and does not, before any other: in a
+		// failed process the first task is most often the failed one.
+		var ts []dialect.TaskInfo
+		for _, state := range []string{dialect.StateAvailable, dialect.StateScheduled, ""} {
+			var err error
+			if ts, err = d.TaskList(ctx, dialect.TaskFilter{Process: name, State: state, Limit: 1}); err != nil {
+				return ""
+			}
+			if len(ts) > 0 {
+				break
+			}
+		}
+		if len(ts) == 0 {
 			return ""
 		}
 		tw, err := in.TaskWait(ctx, ts[0].ID, deadAfter)
@@ -316,7 +327,7 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 		case changed:
 			fmt.Fprintln(w, time.Now().Format(time.TimeOnly), line)
 		}
-		if !changed && !asked && note != nil && !asJSON && time.Since(stillFrom) >= stuckAfter && p.State == dialect.ProcessActive && running(p) == 0 {
+		if !changed && !asked && note != nil && !asJSON && time.Since(stillFrom) >= stuckAfter && !p.Settled() && running(p) == 0 {
 			asked = true // once while it stands still: a note costs several reads
 			if n := note(ctx); n != "" && n != noted {
 				out := w
