@@ -71,7 +71,8 @@ func (w *Worker) runTask(ctx context.Context, a attempt, bodyDone func()) {
 		}
 	}
 
-	if (fp.Outcome == dialect.OutcomeReleased || fp.Outcome == dialect.OutcomeAbandoned) && !w.bodyEnded(ctx, t) {
+	if (fp.Outcome == dialect.OutcomeReleased || fp.Outcome == dialect.OutcomeAbandoned) &&
+		!errors.As(runErr, new(unstartedError)) && !w.bodyEnded(ctx, t) {
 		w.cfg.Metrics.ended(t, dialect.OutcomeAbandoned, time.Since(began))
 		log(w.log.Warn()).Str("outcome", string(fp.Outcome)).
 			Msg("the body may still run in its database session; the task is left to the rescue once its lease expires")
@@ -173,7 +174,7 @@ func (w *Worker) execute(ctx context.Context, a attempt) (finished bool, err err
 		// dies the rescue of its lease ends the body first.
 		conn, text, err := w.bodyConn(ctx, bs, a)
 		if err != nil {
-			return false, err
+			return false, unstartedError{err}
 		}
 		defer conn.Close()
 		if t.Atomic {
@@ -347,6 +348,14 @@ type releaseError struct{ err error }
 
 func (e releaseError) Error() string { return e.err.Error() }
 func (e releaseError) Unwrap() error { return e.err }
+
+// unstartedError marks an attempt whose SQL body never started (its
+// connection or the check before it failed): no session runs it, and a
+// hand-back need not wait for one to end.
+type unstartedError struct{ err error }
+
+func (e unstartedError) Error() string { return e.err.Error() }
+func (e unstartedError) Unwrap() error { return e.err }
 
 // attemptLostError marks the worker's own finding that this attempt's lease is
 // gone (the body's start, an atomic body's completion): another worker owns
