@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -101,6 +102,17 @@ func checkYAMLNumbers(src []byte) error {
 	return walk(&root)
 }
 
+// zeroRuleFold finds k among zeroRefusedKeys as encoding/json matches field
+// names: without regard to case ("Max_Attempts" fills MaxAttempts too).
+func zeroRuleFold(k string) (string, bool) {
+	for key, rule := range zeroRefusedKeys {
+		if strings.EqualFold(k, key) {
+			return rule, true
+		}
+	}
+	return "", false
+}
+
 // checkJSONZeros refuses a 0 written for one of zeroRefusedKeys in a JSON
 // file (already decoded once: src is one valid object), naming the field by
 // its path.
@@ -120,7 +132,7 @@ func checkJSONZeros(src []byte) error {
 				if path != "" {
 					at = path + "." + k
 				}
-				if rule, ok := zeroRefusedKeys[k]; ok {
+				if rule, ok := zeroRuleFold(k); ok {
 					if n, ok := v[k].(json.Number); ok {
 						if i, err := n.Int64(); err == nil && i == 0 {
 							return fmt.Errorf("%s %s, got %s", at, rule, n)

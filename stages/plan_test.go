@@ -148,11 +148,12 @@ func TestParseRefusesASecondDocument(t *testing.T) {
 // the default.
 func TestParseRefusesAnExplicitZeroMaxAttempts(t *testing.T) {
 	for name, c := range map[string]struct{ src, format, says string }{
-		"task, yaml":     {"stages:\n  - order: 1\n    tasks:\n      - body: x\n        max_attempts: 0\n", "yaml", "line 5: max_attempts must be >= 1, got 0"},
-		"defaults, yaml": {"defaults:\n  max_attempts: 0\nstages:\n  - order: 1\n    tasks: [{body: x}]\n", "yaml", "line 2: max_attempts must be >= 1, got 0"},
-		"flow, yaml":     {"stages: [{order: 1, tasks: [{body: x, max_attempts: 0x0}]}]\n", "yaml", "line 1: max_attempts must be >= 1, got 0x0"},
-		"task, json":     {`{"stages":[{"order":1,"tasks":[{"body":"x"},{"body":"y","max_attempts":0}]}]}`, "json", "stages[0].tasks[1].max_attempts must be >= 1, got 0"},
-		"defaults, json": {`{"defaults":{"max_attempts":-0},"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "json", "defaults.max_attempts must be >= 1, got -0"},
+		"task, yaml":       {"stages:\n  - order: 1\n    tasks:\n      - body: x\n        max_attempts: 0\n", "yaml", "line 5: max_attempts must be >= 1, got 0"},
+		"defaults, yaml":   {"defaults:\n  max_attempts: 0\nstages:\n  - order: 1\n    tasks: [{body: x}]\n", "yaml", "line 2: max_attempts must be >= 1, got 0"},
+		"flow, yaml":       {"stages: [{order: 1, tasks: [{body: x, max_attempts: 0x0}]}]\n", "yaml", "line 1: max_attempts must be >= 1, got 0x0"},
+		"task, json":       {`{"stages":[{"order":1,"tasks":[{"body":"x"},{"body":"y","max_attempts":0}]}]}`, "json", "stages[0].tasks[1].max_attempts must be >= 1, got 0"},
+		"defaults, json":   {`{"defaults":{"max_attempts":-0},"stages":[{"order":1,"tasks":[{"body":"x"}]}]}`, "json", "defaults.max_attempts must be >= 1, got -0"},
+		"other case, json": {`{"stages":[{"order":1,"tasks":[{"body":"x","Max_Attempts":0}]}]}`, "json", "stages[0].tasks[0].Max_Attempts must be >= 1, got 0"},
 	} {
 		_, err := Parse(strings.NewReader(c.src), c.format)
 		if !errors.Is(err, ErrInvalidPlan) || !strings.Contains(err.Error(), c.says) {
