@@ -39,7 +39,7 @@ var baseArgs = map[string][]struct {
 		{"pSince", time.Time{}}, {"pLimit", 0}, {"pAfterId", int64(0)}, {"pProcessId", int64(0)}},
 	"log list, newest": {{"pProcess", ""}, {"pTaskId", int64(0)}, {"pWorkerId", ""}, {"pOutcome", ""},
 		{"pSince", time.Time{}}, {"pLimit", 0}, {"pAfterId", int64(0)}, {"pProcessId", int64(0)}},
-	"task list":       {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}},
+	"task list":       {{"pProcess", ""}, {"pState", ""}, {"pLimit", 0}, {"pKind", ""}},
 	"process get":     {{"pName", ""}},
 	"process list":    {{"pName", ""}, {"pAll", false}, {"pLimit", 0}},
 	"stage count":     {{"pName", ""}, {"pAll", false}, {"pLimit", 0}},
