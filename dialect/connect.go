@@ -56,8 +56,16 @@ func WithConnectTimeout(dsn string, d time.Duration) string {
 }
 
 // ConnectFailed words a failed first connection: which database (password
-// hidden), how long the attempt was allowed, and how to change that bound.
+// hidden), and, when the attempt ran out of time, how long it was allowed and
+// how to change that bound. A refusal (nothing listening, no such database,
+// a wrong password) gets no such hint: more time would not help. The drivers'
+// errors reach it as text (scrubbed of the password), so a timeout is told by
+// its words.
 func ConnectFailed(dialect, dsn string, timeout time.Duration, err error) error {
+	text := strings.ToLower(err.Error())
+	if !strings.Contains(text, "timeout") && !strings.Contains(text, "timed out") && !strings.Contains(text, "deadline exceeded") {
+		return fmt.Errorf("connect to %s %s: %w", dialect, Redact(dsn), err)
+	}
 	return fmt.Errorf("connect to %s %s: %w (each attempt is bounded by %s: set %q in the DSN or --connect-timeout)",
 		dialect, Redact(dsn), err, timeout, connectTimeoutParams[dialect])
 }

@@ -3,7 +3,9 @@ package dialect_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	mssql "github.com/microsoft/go-mssqldb"
@@ -76,6 +78,28 @@ func TestRoutineMissing(t *testing.T) {
 	for _, c := range cases {
 		if got := dialect.RoutineMissing(c.err); got != c.want {
 			t.Errorf("%s: RoutineMissing(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// TestConnectFailedHintsAtTheBoundOnlyOnATimeout: a first connection that
+// ran out of time says how long it was allowed and how to change that; one
+// refused (nothing listening, no such database) does not, since more time
+// would not help.
+func TestConnectFailedHintsAtTheBoundOnlyOnATimeout(t *testing.T) {
+	const dsn = "postgres://u:secret@db:5432/q"
+	for text, hint := range map[string]bool{
+		"failed to connect to `user=u database=q`: dial error (timeout: dial tcp 10.0.0.1:5432: i/o timeout)": true,
+		"context deadline exceeded": true,
+		"failed to connect to `user=u database=q`: 127.0.0.1:5432 (db): dial error: dial tcp 127.0.0.1:5432: connect: connection refused": false,
+		`FATAL: database "q" does not exist (SQLSTATE 3D000)`:                                                                             false,
+	} {
+		err := dialect.ConnectFailed("postgres", dsn, 10*time.Second, errors.New(text))
+		if got := strings.Contains(err.Error(), "each attempt is bounded by 10s"); got != hint {
+			t.Errorf("%q: %v; want the bound named: %v", text, err, hint)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("%v shows the password", err)
 		}
 	}
 }
