@@ -38,6 +38,10 @@ transaction. Prints what it created; --json for scripts.`,
 		Args: cobra.MaximumNArgs(1),
 		PreRunE: func(cmd *cobra.Command, args []string) error { // the plan, before any connection
 			switch {
+			case cmd.Flags().Changed("process") && process == "":
+				// Left out, the task joins the default process; given empty it
+				// would too, where "  " is refused: a name left blank by mistake.
+				return usageErrorf("--process must name a process (leave it out for the default one)")
 			case file != "" && len(args) > 0:
 				return usageErrorf("give either a body or --file, not both")
 			case file != "":

@@ -21,6 +21,7 @@ func TestEnqueueRefusesUnstorableInput(t *testing.T) {
 			{"body contains a NUL byte", []string{"--order", "1", "SELECT 1\x00; SELECT 2"}},
 			{"body contains a NUL byte", []string{"--file", qcFile(t, "nul.json", `{"stages":[{"order":1,"tasks":[{"body":"SELECT 1\u0000x"}]}]}`)}},
 			{"process: name contains a NUL byte", []string{"--process", "p\x00", "--order", "1", "SELECT 1"}},
+			{"--process must name a process", []string{"--process", "", "--order", "1", "SELECT 1"}},
 			{"body is not valid UTF-8", []string{"--order", "1", "SELECT '\xff\xfe'"}},
 			{"kind is not valid UTF-8", []string{"--kind", "k\xc3", "--order", "1", "x"}},
 			{"not valid UTF-8", []string{"--file", qcFile(t, "bad.json", "{\"stages\":[{\"order\":1,\"tasks\":[{\"body\":\"SELECT '\xff'\"}]}]}")}},
