@@ -139,6 +139,7 @@ func newTasksCommand(dsn *string) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.Process, "process", "", "only this process")
 	fl.StringVar(&f.State, "state", "", "only this state: blocked, scheduled, available, running, failed")
+	fl.StringVar(&f.Kind, "kind", "", "only this kind (sql, exec, or a Go handler's)")
 	fl.IntVar(&f.Limit, "limit", 0, "at most this many rows (0: all)")
 	jsonFlag(cmd, &asJSON)
 	return cmd

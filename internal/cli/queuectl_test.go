@@ -110,6 +110,16 @@ func TestQueuectlCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// The task list by kind.
+		qcExpect(t, dsn, 0, "", "enqueue", "--process", "mail", "--order", "1", "--kind", "email", "to: ops")
+		if out := qcExpect(t, dsn, 0, "", "tasks", "--kind", "email"); !strings.Contains(out, "to: ops") || strings.Contains(out, "SELECT") {
+			t.Errorf("tasks --kind email:\n%s\nwant the email task alone", out)
+		}
+		if out := qcExpect(t, dsn, 0, "", "tasks", "--kind", "sql"); strings.Contains(out, "to: ops") || !strings.Contains(out, "SELECT 3") {
+			t.Errorf("tasks --kind sql:\n%s\nwant the SQL tasks alone", out)
+		}
+		qcExpect(t, dsn, 0, "", "cancel", "--process", "mail") // out of the claims below
+
 		// Bad input: a clear message, its exit code, nothing changed.
 		before := qcSnapshot(t, dsn)
 		qcExpect(t, dsn, ExitWrongState, "only a failed task can be retried", "retry", fmt.Sprint(running))
