@@ -79,7 +79,7 @@ func TestConnPauseDoublesPerBurst(t *testing.T) {
 	for range 8 { // eight bodies of one claim
 		p.failed(now)
 	}
-	if got := p.left(now); got != connPauseMin {
+	if got := p.leftAt(now); got != connPauseMin {
 		t.Fatalf("after one burst of eight refusals claims wait %s; want %s", got, connPauseMin)
 	}
 	now = now.Add(connPauseMin)
@@ -90,11 +90,11 @@ func TestConnPauseDoublesPerBurst(t *testing.T) {
 		now = now.Add(connPauseMax)
 		p.failed(now)
 	}
-	if got := p.left(now); got != connPauseMax {
+	if got := p.leftAt(now); got != connPauseMax {
 		t.Fatalf("after many bursts claims wait %s; want the bound %s", got, connPauseMax)
 	}
 	p.ok()
-	if got := p.left(now); got != 0 {
+	if got := p.leftAt(now); got != 0 {
 		t.Fatalf("after a body started claims wait %s; want none", got)
 	}
 }

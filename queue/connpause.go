@@ -8,9 +8,9 @@ import (
 
 // connPause holds the claim loop back while bodies cannot get a database
 // connection (the server has no slot left, is restarting, refuses this
-// worker): a task claimed then would only be handed back. Each failure in a
-// row doubles the pause, from connPauseMin up to connPauseMax; a body that
-// gets its connection ends it.
+// worker): a task claimed then would only be handed back. Each burst of
+// failures after the last pause doubles it, from connPauseMin up to
+// connPauseMax; a body that gets its connection ends it.
 type connPause struct {
 	mu     sync.Mutex
 	until  time.Time
@@ -51,11 +51,17 @@ func (p *connPause) ok() {
 	p.mu.Unlock()
 }
 
-// left is how long claims still wait (0: they may go on).
-func (p *connPause) left(now time.Time) time.Duration {
+// left is how long claims still wait (0: they may go on). The claim loop asks
+// on every pass: while no pause was taken it costs one atomic load.
+func (p *connPause) left() time.Duration {
 	if !p.paused.Load() {
 		return 0
 	}
+	return p.leftAt(time.Now())
+}
+
+// leftAt is left as of now.
+func (p *connPause) leftAt(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return max(p.until.Sub(now), 0)

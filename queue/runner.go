@@ -311,7 +311,7 @@ func (w *Worker) bodyConn(ctx context.Context, bs dialect.BodySessioner, a attem
 			pause := w.connPause.failed(time.Now())
 			w.log.Warn().Err(err).Int64("task_id", t.ID).Dur("claims_pause", pause).
 				Msg("no database connection for the body; handing the task back")
-			return nil, "", releaseError{fmt.Errorf("the body did not start: %w", err)}
+			return nil, "", releaseError{err}
 		}
 		if !dialect.ConnLost(err) {
 			return nil, "", err

@@ -113,9 +113,9 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.Heartbeat > MaxHeartbeat {
 		return fmt.Errorf("worker: heartbeat must be at most %s (a worker silent for a minute is shown dead), got %s", MaxHeartbeat, c.Heartbeat)
 	}
-	if floor := MinRetainWorkers; c.Retention.Workers > 0 && c.Retention.Workers < floor {
+	if c.Retention.Workers > 0 && c.Retention.Workers < MinRetainWorkers {
 		return fmt.Errorf("worker: Retention.Workers must be at least %s (a worker beats at most every %s), or the pruner deletes live workers' rows; got %s",
-			floor, MaxHeartbeat, c.Retention.Workers)
+			MinRetainWorkers, MaxHeartbeat, c.Retention.Workers)
 	}
 	if c.PollMin == 0 {
 		c.PollMin = 50 * time.Millisecond
@@ -420,7 +420,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 		w.releaseStaleBuffer()
 		free := w.freeSlots()
 		claimed := 0
-		paused := w.connPause.left(time.Now())
+		paused := w.connPause.left()
 		if free > 0 && w.healthy.Load() && paused == 0 {
 			began := time.Now()
 			// A claim in flight when shutdown begins is finished, not cut

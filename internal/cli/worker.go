@@ -87,7 +87,7 @@ SIGTERM or SIGINT releases them at once.`,
 				return UsageError{err}
 			}
 			metrics.setReady(w.Ready)
-			defer hurryOnSecondSignal(w, log)()
+			defer hurryOnSecondSignal(ctx, w, log)()
 			return w.Run(ctx)
 		},
 	}
@@ -180,9 +180,9 @@ func checkWorkerFlags(cmd *cobra.Command, cfg queue.WorkerConfig) error {
 	}
 	// A shorter retention deletes the rows of live workers between their
 	// heartbeats (queue.MinRetainWorkers says why this floor).
-	if floor := queue.MinRetainWorkers; cfg.Retention.Workers > 0 && cfg.Retention.Workers < floor {
+	if cfg.Retention.Workers > 0 && cfg.Retention.Workers < queue.MinRetainWorkers {
 		return usageErrorf("--retain-workers must be at least %s (a worker beats at most every %s), or live workers' rows are deleted between their heartbeats; got %s",
-			floor, queue.MaxHeartbeat, cfg.Retention.Workers)
+			queue.MinRetainWorkers, queue.MaxHeartbeat, cfg.Retention.Workers)
 	}
 	return nil
 }
@@ -199,13 +199,18 @@ func retentionFlags(f *pflag.FlagSet, r *queue.Retention) {
 // hurryOnSecondSignal ends w's shutdown grace when a second SIGTERM or SIGINT
 // comes (the first, which Main turns into the end of the context, starts the
 // shutdown): an operator's second Ctrl-C need not wait out --shutdown-grace.
-// It returns the function that stops listening.
-func hurryOnSecondSignal(w *queue.Worker, log zerolog.Logger) (stop func()) {
+// It returns the function that stops listening. A first signal that came
+// before it listened (ctx already ended) counts.
+func hurryOnSecondSignal(ctx context.Context, w *queue.Worker, log zerolog.Logger) (stop func()) {
+	n := 0
+	if ctx.Err() != nil { // asked before listening: that signal is not ch's
+		n = 1
+	}
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
 	done := make(chan struct{})
 	go func() {
-		for n := 0; ; {
+		for {
 			select {
 			case <-done:
 				return
