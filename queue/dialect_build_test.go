@@ -1,7 +1,9 @@
 package queue_test
 
 import (
+	"errors"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,5 +43,46 @@ func TestDialectsCanBeLeftOutOfABuild(t *testing.T) {
 		if pgOnly[d] {
 			t.Errorf("a PostgreSQL-only build links %s", d)
 		}
+	}
+}
+
+// A PostgreSQL-only worker offers only the DSNs it can open: its --help names
+// no SQLite or SQL Server form and no SQLite default, and without --dsn or
+// STAGEQ_DSN it asks for one (exit 2) instead of trying a SQLite file it
+// does not link.
+func TestALeftOutDialectIsNotOffered(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "worker")
+	if out, err := exec.Command("go", "build", "-tags", "stageq_no_sqlite,stageq_no_sqlserver",
+		"-o", bin, "github.com/stageq/stageq/cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()} // no STAGEQ_DSN
+		cmd.Dir = t.TempDir()
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return string(out), 0
+	}
+	help, _ := run("--help")
+	var dsnLine string
+	for _, l := range strings.Split(help, "\n") {
+		if strings.Contains(l, "--dsn") {
+			dsnLine = l
+		}
+	}
+	if !strings.Contains(dsnLine, "postgres://") || strings.Contains(dsnLine, "sqlite") || strings.Contains(dsnLine, "sqlserver") {
+		t.Errorf("--dsn's help in a PostgreSQL-only build: %q", dsnLine)
+	}
+	out, code := run()
+	if code != 2 || !strings.Contains(out, "no database given") || !strings.Contains(out, "postgres") {
+		t.Errorf("no --dsn in a PostgreSQL-only build: exit %d, %q; want exit 2 asking for --dsn", code, out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -103,23 +104,48 @@ func isCobraUsage(err error) bool {
 		strings.HasPrefix(msg, "if any flags in the group")
 }
 
-// dsnFlag adds --dsn, defaulting to $STAGEQ_DSN, then the embedded SQLite file,
-// and --connect-timeout, which (when given) overrides the DSN's own bound on a
-// connection attempt; without either, dialect.DefaultConnectTimeout applies.
-func dsnFlag(cmd *cobra.Command, dsn *string) {
-	def := os.Getenv("STAGEQ_DSN")
-	if def == "" {
+// dsnForms shows a DSN of each dialect the build links, in --help's order.
+var dsnForms = []struct{ scheme, form string }{
+	{"sqlite", "sqlite://file.db"},
+	{"postgres", "postgres://user@host/db"},
+	{"sqlserver", "sqlserver://user:pass@host?database=db"},
+}
+
+// dsnDefault is what --dsn means when not given: $STAGEQ_DSN, else the
+// embedded SQLite file where the build links SQLite, else nothing (the command
+// then asks for --dsn). It also returns --dsn's help, which names only the
+// linked dialects: a build made with stageq_no_<dialect> tags offered DSNs it
+// could not open, and defaulted to a SQLite file it could not open either.
+func dsnDefault(env string, schemes []string) (def, usage string) {
+	var forms []string
+	for _, f := range dsnForms {
+		if slices.Contains(schemes, f.scheme) {
+			forms = append(forms, f.form)
+		}
+	}
+	def = env
+	if def == "" && slices.Contains(schemes, "sqlite") {
 		def = DefaultDSN
 	}
+	return def, "queue database: " + strings.Join(forms, ", ") + " (env STAGEQ_DSN)"
+}
+
+// dsnFlag adds --dsn (dsnDefault) and --connect-timeout, which (when given)
+// overrides the DSN's own bound on a connection attempt; without either,
+// dialect.DefaultConnectTimeout applies.
+func dsnFlag(cmd *cobra.Command, dsn *string) {
+	def, usage := dsnDefault(os.Getenv("STAGEQ_DSN"), dialect.Schemes())
 	pf := cmd.PersistentFlags()
-	pf.StringVar(dsn, "dsn", def,
-		"queue database: sqlite://file.db, postgres://user@host/db, sqlserver://user:pass@host?database=db (env STAGEQ_DSN)")
+	pf.StringVar(dsn, "dsn", def, usage)
 	// --help prints the default: never the password that STAGEQ_DSN carries.
 	pf.Lookup("dsn").DefValue = dialect.Redact(def)
 	var timeout time.Duration
 	pf.DurationVar(&timeout, "connect-timeout", dialect.DefaultConnectTimeout,
 		"give up a connection attempt after this long (overrides connect_timeout / \"connection timeout\" in the DSN)")
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if *dsn == "" {
+			return usageErrorf("no database given: set --dsn or STAGEQ_DSN (%s)", strings.Join(dialect.Schemes(), ", "))
+		}
 		if !c.Flags().Changed("connect-timeout") {
 			return nil
 		}
