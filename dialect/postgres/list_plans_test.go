@@ -77,6 +77,51 @@ SELECT p.id * 10 + g, p.id, p.name, 100, 'sql', 'SELECT 1', 'w', 1, 1, 'succeede
 	}
 }
 
+// TestTaskListReadsOpenProcessesByKey: the task list (queuectl tasks, the
+// dashboard's tasks page, --exit-when-idle) reads the open processes through
+// processes_open and each one's tasks through its key, never every process
+// by name (20,000 finished ones here, sorted before the open ones) nor every
+// available task once per process, which statistics taken while no task
+// waited (an idle queue's) made the cheaper plan for a list of the available
+// ones.
+func TestTaskListReadsOpenProcessesByKey(t *testing.T) {
+	conn := planConn(t, `
+INSERT INTO stageq.processes (name, state, finished_at)
+SELECT 'done-' || lpad(g::text, 6, '0'), 'succeeded', now() FROM generate_series(1, 20000) g`, `
+INSERT INTO stageq.processes (name, state, current_order) VALUES ('open-0', 'active', 100)`,
+		`ANALYZE stageq.processes`, `ANALYZE stageq.tasks`, `ALTER TABLE stageq.tasks SET (autovacuum_enabled = off)`, `
+INSERT INTO stageq.processes (name, state, current_order)
+SELECT 'open-' || g, 'active', 100 FROM generate_series(1, 299) g`, `
+INSERT INTO stageq.tasks (process_id, execution_order, body, state)
+SELECT p.id, CASE WHEN g <= 40 THEN 100 ELSE 200 END, 'SELECT 1', 'blocked'
+  FROM stageq.processes p, generate_series(1, 120) g
+ WHERE p.name LIKE 'open-%'`,
+		// Each process's first stage opens, as submissions open it.
+		`UPDATE stageq.tasks SET state = 'available' WHERE execution_order = 100`)
+	for _, c := range []struct {
+		what, args string
+		rows       int
+		way        string
+	}{
+		{"the available tasks", `('', 'available', 500, '')`, 500, "processes_open"},
+		{"every task", `('', '', 500, '')`, 500, "processes_open"},
+		{"a process's tasks", `('open-7', '', 500, '')`, 120, "processes_name_key"},
+	} {
+		// A one-off list (queuectl's) is planned for its values; a list
+		// run again and again (the dashboard's) may be planned generically.
+		for _, mode := range []string{"force_custom_plan", "auto"} {
+			if _, err := conn.ExecContext(context.Background(), "SET plan_cache_mode = "+mode); err != nil {
+				t.Fatal(err)
+			}
+			plan := planAfterRuns(t, conn, taskListSQL, c.args, c.rows)
+			if !strings.Contains(plan, c.way) || !strings.Contains(plan, "tasks_waiting") ||
+				strings.Contains(plan, "tasks_claim") || strings.Contains(plan, "Seq Scan") {
+				t.Errorf("%s, plan_cache_mode %s: the plan after six runs does not read processes through %s and their tasks through tasks_waiting:\n%s", c.what, mode, c.way, plan)
+			}
+		}
+	}
+}
+
 // planConn opens a migrated database of the test's own, runs setup on it and
 // returns one connection: a prepared statement lives in its session.
 func planConn(t *testing.T, setup ...string) *sql.Conn {
