@@ -1,6 +1,7 @@
 package dialect
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -69,3 +70,28 @@ func ConnectFailed(dialect, dsn string, timeout time.Duration, err error) error 
 	return fmt.Errorf("connect to %s %s: %w (each attempt is bounded by %s: set %q in the DSN or --connect-timeout)",
 		dialect, Redact(dsn), err, timeout, connectTimeoutParams[dialect])
 }
+
+// Scrubbed is err with its text replaced by text: err's own, with what must not
+// be shown taken out (a DSN's password, which drivers repeat in their errors).
+// Nothing of err can be reached through it but the context's errors
+// (context.Canceled, context.DeadlineExceeded), so that errors.Is still tells
+// an attempt its caller cancelled, or one that ran out of time, from a refusal.
+func Scrubbed(err error, text string) error {
+	se := scrubbedError{text: text}
+	switch {
+	case errors.Is(err, context.Canceled):
+		se.ctxErr = context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		se.ctxErr = context.DeadlineExceeded
+	}
+	return se
+}
+
+// scrubbedError is Scrubbed's error.
+type scrubbedError struct {
+	text   string
+	ctxErr error // nil, context.Canceled or context.DeadlineExceeded
+}
+
+func (e scrubbedError) Error() string { return e.text }
+func (e scrubbedError) Unwrap() error { return e.ctxErr }

@@ -71,7 +71,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	db := openPool(cfg, sessionSetupSQL, 30*time.Second)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, errors.New(scrub(err.Error(), dsn)))
+		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, dialect.Scrubbed(err, scrub(err.Error(), dsn)))
 	}
 	// Connects on first use: a worker without SQL bodies never opens one.
 	p := &Postgres{db: db, bodies: openPool(cfg, sessionSetupSQL+";\n"+watchClientSQL, bodyPingIdle), dsn: dsn,

@@ -107,7 +107,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	cancel()
 	if err != nil {
 		d.Close()
-		return nil, dialect.ConnectFailed("sqlserver", redactDSN(dsn), bound, errors.New(scrub(err.Error(), dsn)))
+		return nil, dialect.ConnectFailed("sqlserver", redactDSN(dsn), bound, dialect.Scrubbed(err, scrub(err.Error(), dsn)))
 	}
 	if err := d.checkCompatibility(ctx); err != nil {
 		d.Close()
