@@ -137,8 +137,8 @@ func (c *Client) Logs(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEn
 	return c.d.LogList(ctx, f)
 }
 
-// Wait polls a process every interval (500 ms when 0) until it has ended,
-// and returns it then: succeeded, cancelled (an operator removed what was
+// Wait polls a process ("" for the default process, as in Enqueue) every
+// interval (500 ms when 0) until it has ended, and returns it then: succeeded, cancelled (an operator removed what was
 // left), or failed (a task failed for good; an operator's retry or discard
 // can still move it on) once the other tasks of the failed one's stage have
 // ended too (dialect.ProcessStatus.Settled). If ctx ends first it returns
@@ -147,6 +147,9 @@ func (c *Client) Logs(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEn
 func (c *Client) Wait(ctx context.Context, process string, interval time.Duration) (dialect.ProcessInfo, error) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
+	}
+	if process == "" {
+		process = dialect.DefaultProcess // where Enqueue and a plan without a process put their tasks
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -160,3 +160,38 @@ func TestExitWhenIdleWaitsForWorkLeft(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitForTheDefaultProcess: Wait(ctx, "", …) follows the default
+// process, where Enqueue(ctx, "", …) puts its task, as Enqueue's "" means.
+// It used to look up a process named "" and fail with dialect.ErrNotFound,
+// though the task it was asked about was queued. Found by an API review.
+func TestWaitForTheDefaultProcess(t *testing.T) {
+	ctx, c := openSQLite(t)
+	r, err := c.Enqueue(ctx, "", 0, stages.Task{Body: "SELECT 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Process != dialect.DefaultProcess {
+		t.Fatalf("Enqueue to \"\" went to %q, want %q", r.Process, dialect.DefaultProcess)
+	}
+	w, err := queue.NewWorker(c, queue.WorkerConfig{PollMin: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	p, err := c.Wait(ctx, "", 10*time.Millisecond)
+	if err != nil {
+		t.Fatalf("Wait for the default process: %v", err)
+	}
+	if p.Name != dialect.DefaultProcess || p.State != dialect.ProcessSucceeded {
+		t.Errorf("Wait returned %s %s, want %s succeeded", p.Name, p.State, dialect.DefaultProcess)
+	}
+}
