@@ -9,3 +9,7 @@ func SetBufferMaxWait(d time.Duration) (restore func()) {
 	bufferMaxWait = d
 	return func() { bufferMaxWait = old }
 }
+
+// WrappedUp is closed once w's goroutines that record attempts' ends have
+// stopped (after Run returns, when its shutdown left a task running).
+func WrappedUp(w *Worker) <-chan struct{} { return w.wrappedUp }

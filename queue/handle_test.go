@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -63,5 +64,102 @@ func TestHandlerErrorWrappingErrLeaseLostIsTheTasksFailure(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times; want once", n)
+	}
+}
+
+// TestShutdownLeavesAHandlerThatIgnoresItsCancel: a Handler that does not
+// return when the shutdown cancels it cannot be stopped from outside. Run
+// waited for it for ever, extending its lease all the while. Now Run gives it
+// a lease more, then returns an error saying so and stops extending the
+// lease: another worker's rescue runs the task once the lease expires, and
+// what the stuck attempt returns at last is not recorded over that.
+func TestShutdownLeavesAHandlerThatIgnoresItsCancel(t *testing.T) {
+	ctx, c := openSQLite(t)
+	if _, err := c.Enqueue(ctx, "", 1, stages.Task{Kind: "report", Body: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	started, unstick := make(chan struct{}), make(chan struct{})
+	stuck, err := queue.NewWorker(c, queue.WorkerConfig{ID: "stuck", Lease: time.Second,
+		ShutdownGrace: 50 * time.Millisecond, PollMin: 10 * time.Millisecond, NoScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Handle("report", func(context.Context, *queue.Task) error {
+		close(started)
+		<-unstick // ignores its context
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- stuck.Run(runCtx) }()
+	<-started
+	stop()
+	select {
+	case err := <-ran:
+		if err == nil || !strings.Contains(err.Error(), "left to lapse") {
+			t.Fatalf("Run: %v; want an error saying the task was left to lapse", err)
+		}
+	case <-time.After(time.Minute): // a guard against the old hang, not a measure
+		close(unstick)
+		t.Fatal("Run did not return while a handler ignored its cancel")
+	}
+
+	// Its lease is no longer extended: a second worker rescues the task and runs it.
+	var second atomic.Int32
+	ranSecond := make(chan struct{})
+	w2, err := queue.NewWorker(c, queue.WorkerConfig{ID: "second", Lease: time.Second, PollMin: 10 * time.Millisecond, NoScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Handle("report", func(context.Context, *queue.Task) error {
+		if second.Add(1) == 1 {
+			close(ranSecond)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, stop2 := context.WithCancel(ctx)
+	ran2 := make(chan error, 1)
+	go func() { ran2 <- w2.Run(ctx2) }()
+	select {
+	case <-ranSecond:
+	case <-time.After(time.Minute): // a guard, not a measure
+		t.Error("no other worker ran the task: its lease was still extended")
+	}
+	stop2()
+	if err := <-ran2; err != nil {
+		t.Fatal(err)
+	}
+	logs, err := c.Logs(ctx, dialect.LogFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(unstick) // the stuck attempt returns nil now, too late
+	if second.Load() != 1 {
+		t.Fatalf("the second worker ran the task %d times; want once (Logs %+v)", second.Load(), logs)
+	}
+	var outcomes []string
+	for _, l := range logs {
+		outcomes = append(outcomes, l.WorkerID+":"+string(l.Outcome))
+	}
+	if want := []string{"stuck:abandoned", "second:succeeded"}; !slices.Equal(outcomes, want) {
+		t.Fatalf("Logs %v; want %v", outcomes, want)
+	}
+	// The stuck attempt's late nil is refused (its lease is gone), and the
+	// worker's goroutines that record ends wind up after it, without a panic
+	// on the channels Run would have closed under it.
+	select {
+	case <-queue.WrappedUp(stuck):
+	case <-time.After(time.Minute): // a guard, not a measure
+		t.Fatal("the worker's recording goroutines did not stop after the stuck attempt ended")
+	}
+	if logs, err = c.Logs(ctx, dialect.LogFilter{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) != 2 || logs[1].Outcome != dialect.OutcomeSucceeded || logs[1].WorkerID != "second" {
+		t.Fatalf("after the stuck attempt returned, Logs %+v", logs)
 	}
 }

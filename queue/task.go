@@ -20,7 +20,14 @@ type Task struct {
 // Handler runs tasks of one kind. Returning nil finishes the task; an error fails
 // the attempt (retried with backoff until MaxAttempts; wrap with NoRetry to fail
 // for good at once). ctx ends when the worker shuts down past its grace period or
-// loses the task's lease: stop then, the result will not be recorded.
+// loses the task's lease: stop then. An error returned after that is not the
+// task's failure: the attempt is released (another worker runs it at once) or,
+// with the lease lost, left to the worker that holds the task now. Returning nil
+// after a shutdown's cancel records the task as succeeded, as it did its work;
+// after a lost lease nothing is recorded. A Handler that has not returned a
+// lease after a shutdown's cancel is left running: Run returns an error, the
+// lease is no longer extended, and another worker runs the task again once it
+// expires.
 //
 // The goroutine a Handler runs on is kept for later attempts (of any kind): a
 // Handler that locks its OS thread (runtime.LockOSThread) must unlock it before

@@ -50,7 +50,9 @@ type WorkerConfig struct {
 	// worker. Heartbeats are bounded by half a lease, rescue passes by a beat.
 	StatementTimeout time.Duration
 	// ShutdownGrace is how long running tasks may take to finish after the
-	// context ends (default 30s); what is still running then is released.
+	// context ends (default 30s); what is still running then is cancelled and
+	// released. A Handler that has not returned a Lease after that cancel is
+	// left running, and Run returns an error (Handler says what follows).
 	ShutdownGrace time.Duration
 	// RetryBase and RetryMax shape the backoff between failed attempts
 	// (defaults 1s and 10m).
@@ -212,6 +214,10 @@ type Worker struct {
 	// graceEnded is closed by EndGrace.
 	graceEnded chan struct{}
 	endGrace   sync.Once
+	// wrappedUp is closed once the goroutines that record the attempts' ends
+	// have stopped: when Run returns, or after it, when the last task that
+	// its shutdown left running ends.
+	wrappedUp chan struct{}
 
 	// unextended holds the admitted attempts that no heartbeat has extended
 	// yet, with their claims: their leases run from those, and the fail-fast
@@ -245,6 +251,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		unextended: map[dialect.TaskLease]claimMark{},
 		admitted:   make(chan struct{}, 1),
 		graceEnded: make(chan struct{}),
+		wrappedUp:  make(chan struct{}),
 	}
 	w.runners = newRunners(runnerIdle, w.runAttempt)
 	if c.migrate {
@@ -382,16 +389,30 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	unwatch()
 	w.stopBuffer() // also when the claim loop ended without ctx (ExitWhenIdle)
-	w.shutdown(&tasks, cancelTasks)
-	w.runners.stop()
-	if w.finishes != nil { // every task has recorded its end by now
-		close(w.finishes)
-		close(w.handBacks)
-		finisher.Wait()
+	ended := w.shutdown(&tasks, cancelTasks)
+	// What records the tasks' ends stops once they have all ended: at once,
+	// or, for tasks shutdown left running, whenever the last of them does.
+	wrapUp := func() {
+		w.runners.stop()
+		if w.finishes != nil {
+			close(w.finishes)
+			close(w.handBacks)
+			finisher.Wait()
+		}
+		if w.advances != nil {
+			close(w.advances)
+			advancer.Wait()
+		}
+		close(w.wrappedUp)
 	}
-	if w.advances != nil {
-		close(w.advances)
-		advancer.Wait()
+	select {
+	case <-ended:
+		wrapUp()
+	default:
+		err = errors.Join(err, fmt.Errorf("worker: %d task(s) still running %s after their cancel were left to lapse: "+
+			"their leases are no longer extended, and another worker's rescue runs them again once they expire "+
+			"(a Handler that ignores its context?)", w.heldCount(), w.cfg.Lease))
+		go func() { <-ended; wrapUp() }()
 	}
 	background.stop()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -575,7 +596,11 @@ func (w *Worker) heldCount() int {
 
 // shutdown waits up to the grace period for running tasks, then cancels the rest;
 // their attempts end as released (runner.go), so other workers take them at once.
-func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) {
+// It returns once every task has ended, or once the cancelled ones have had a
+// lease more: Go cannot stop a Handler that ignores its context, and the worker
+// must not wait for one for ever (Run then leaves it to lapse). The channel it
+// returns closes when the last task has ended.
+func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) <-chan struct{} {
 	done := make(chan struct{})
 	go func() { tasks.Wait(); close(done) }()
 	if n := w.heldCount(); n > 0 {
@@ -583,14 +608,20 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 	}
 	select {
 	case <-done:
-		return
+		return done
 	case <-time.After(w.cfg.ShutdownGrace):
 		w.log.Warn().Int("running", w.heldCount()).Msg("grace period over; releasing running tasks")
 	case <-w.graceEnded:
 		w.log.Warn().Int("running", w.heldCount()).Msg("grace period ended early; releasing running tasks")
 	}
 	cancelTasks(errShutdown)
-	<-done
+	select {
+	case <-done:
+	case <-time.After(w.cfg.Lease):
+		w.log.Error().Int("running", w.heldCount()).Dur("after", w.cfg.Lease).
+			Msg("tasks still running after their cancel: leaving them to lapse (a Handler that ignores its context?)")
+	}
+	return done
 }
 
 // EndGrace ends the shutdown's grace period at once, or makes it none if the
