@@ -18,7 +18,9 @@
 //
 // A holder is a Locker's identity (Options.Holder): TryAcquire by the same holder
 // while its lease is live re-acquires it with the same token and a new expiry
-// (reentrant, not counted: one Release frees it).
+// (reentrant, not counted: one Release frees it). A Locker therefore excludes
+// other Lockers, not its own callers: goroutines of one process that must not
+// run the guarded work at once each need a Locker (a holder) of their own.
 package lease
 
 import (

@@ -107,6 +107,15 @@ func (c *Client) Submit(ctx context.Context, p stages.Plan) (Result, error) {
 
 // SubmitTx adds a plan inside the caller's own transaction on the queue database,
 // so the tasks exist if and only if the caller's other writes commit.
+//
+// The submission locks its process's row until that transaction ends (the
+// stage barrier is decided under it): other transactions that submit to the
+// same process wait for this one, and so do stage advances and hand-backs of
+// its tasks. Submit late in the transaction and keep it short; transactions
+// that submit to several processes take them in an order of their own, and two
+// that take the same two in opposite orders may deadlock (the database ends
+// one: retry it). A plan without a process goes to "default", which every such
+// transaction then shares.
 func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, p stages.Plan) (Result, error) {
 	if tx == nil {
 		return Result{}, errors.New("submit: SubmitTx needs the caller's transaction; Submit opens one of its own")

@@ -21,7 +21,10 @@ import (
 
 // WorkerConfig configures a Worker. Zero fields take the defaults named.
 type WorkerConfig struct {
-	// ID names the worker in Workers and Logs; default host-pid-random.
+	// ID names the worker in Workers and Logs; default host-pid-random. Two
+	// workers running at once must not share one: they would share a Workers
+	// row, and one's stop would mark the other stopped. A worker started again
+	// under its ID (a service restart) takes its row over.
 	ID string
 	// Concurrency is how many tasks run at once (default 4).
 	Concurrency int

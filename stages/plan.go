@@ -65,20 +65,23 @@ type TaskDefaults struct {
 	Kind        string `json:"kind,omitempty" yaml:"kind,omitempty"`
 	MaxAttempts int    `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
 	Priority    int    `json:"priority,omitempty" yaml:"priority,omitempty"`
-	Atomic      bool   `json:"atomic,omitempty" yaml:"atomic,omitempty"`
-	Limit       string `json:"limit,omitempty" yaml:"limit,omitempty"`
+	// Atomic: see Task.Atomic.
+	Atomic bool   `json:"atomic,omitempty" yaml:"atomic,omitempty"`
+	Limit  string `json:"limit,omitempty" yaml:"limit,omitempty"`
 }
 
 // Task is one unit of work. Body is SQL text when Kind is "sql" (the default), or
 // the payload handed to the Go handler registered for Kind.
 type Task struct {
-	Kind        string    `json:"kind,omitempty" yaml:"kind,omitempty"`
-	Body        string    `json:"body" yaml:"body"`
-	MaxAttempts int       `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
-	Priority    int       `json:"priority,omitempty" yaml:"priority,omitempty"`
-	Atomic      *bool     `json:"atomic,omitempty" yaml:"atomic,omitempty"`
-	Delay       Duration  `json:"delay,omitempty" yaml:"delay,omitempty"`
-	RunAt       time.Time `json:"run_at,omitzero" yaml:"run_at,omitempty"`
+	Kind        string `json:"kind,omitempty" yaml:"kind,omitempty"`
+	Body        string `json:"body" yaml:"body"`
+	MaxAttempts int    `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
+	Priority    int    `json:"priority,omitempty" yaml:"priority,omitempty"`
+	// Atomic runs a SQL body (kind sql) and the record of its end in one
+	// transaction. Other kinds (Go handlers, exec) ignore it.
+	Atomic *bool     `json:"atomic,omitempty" yaml:"atomic,omitempty"`
+	Delay  Duration  `json:"delay,omitempty" yaml:"delay,omitempty"`
+	RunAt  time.Time `json:"run_at,omitzero" yaml:"run_at,omitempty"`
 	// Limit names the cluster-wide concurrency limit the task counts against.
 	Limit string `json:"limit,omitempty" yaml:"limit,omitempty"`
 }
