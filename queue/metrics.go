@@ -43,6 +43,11 @@ type MetricsOptions struct {
 	// (default 20); the rest are process="(other)". Negative: none (every
 	// process is "(other)").
 	MaxProcesses int
+	// NoRuntimeCollectors leaves out the Go runtime and process collectors,
+	// for an application that serves its own (prometheus.DefaultRegisterer
+	// has them) and gathers these beside them: the same metric from two
+	// registries fails the whole gather.
+	NoRuntimeCollectors bool
 }
 
 const (
@@ -51,7 +56,7 @@ const (
 )
 
 // NewMetrics builds a worker's metrics on a registry of their own, with the Go
-// runtime and process collectors.
+// runtime and process collectors unless o leaves them out.
 func NewMetrics(o MetricsOptions) *Metrics {
 	if o.MaxProcesses == 0 {
 		o.MaxProcesses = 20
@@ -90,8 +95,10 @@ func NewMetrics(o MetricsOptions) *Metrics {
 			}
 			return 0
 		})
-	m.reg.MustRegister(m.claimed, m.attempts, m.duration, m.claimLat, m.finishLat, m.leaseLost, m.rescued, m.ticks, readyGauge,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.claimed, m.attempts, m.duration, m.claimLat, m.finishLat, m.leaseLost, m.rescued, m.ticks, readyGauge)
+	if !o.NoRuntimeCollectors {
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	return m
 }
 
