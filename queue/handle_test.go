@@ -79,21 +79,12 @@ func TestShutdownLeavesAHandlerThatIgnoresItsCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	started, unstick := make(chan struct{}), make(chan struct{})
-	stuck, err := queue.NewWorker(c, queue.WorkerConfig{ID: "stuck", Lease: time.Second,
-		ShutdownGrace: 50 * time.Millisecond, PollMin: 10 * time.Millisecond, NoScheduler: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stuck.Handle("report", func(context.Context, *queue.Task) error {
-		close(started)
-		<-unstick // ignores its context
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- stuck.Run(runCtx) }()
+	stuck, stop, ran := startWorker(t, c, queue.WorkerConfig{ID: "stuck", Lease: time.Second, ShutdownGrace: 50 * time.Millisecond},
+		"report", func(context.Context, *queue.Task) error {
+			close(started)
+			<-unstick // ignores its context
+			return nil
+		})
 	<-started
 	stop()
 	select {
@@ -109,21 +100,13 @@ func TestShutdownLeavesAHandlerThatIgnoresItsCancel(t *testing.T) {
 	// Its lease is no longer extended: a second worker rescues the task and runs it.
 	var second atomic.Int32
 	ranSecond := make(chan struct{})
-	w2, err := queue.NewWorker(c, queue.WorkerConfig{ID: "second", Lease: time.Second, PollMin: 10 * time.Millisecond, NoScheduler: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w2.Handle("report", func(context.Context, *queue.Task) error {
-		if second.Add(1) == 1 {
-			close(ranSecond)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx2, stop2 := context.WithCancel(ctx)
-	ran2 := make(chan error, 1)
-	go func() { ran2 <- w2.Run(ctx2) }()
+	_, stop2, ran2 := startWorker(t, c, queue.WorkerConfig{ID: "second", Lease: time.Second},
+		"report", func(context.Context, *queue.Task) error {
+			if second.Add(1) == 1 {
+				close(ranSecond)
+			}
+			return nil
+		})
 	select {
 	case <-ranSecond:
 	case <-time.After(time.Minute): // a guard, not a measure
@@ -162,4 +145,22 @@ func TestShutdownLeavesAHandlerThatIgnoresItsCancel(t *testing.T) {
 	if len(logs) != 2 || logs[1].Outcome != dialect.OutcomeSucceeded || logs[1].WorkerID != "second" {
 		t.Fatalf("after the stuck attempt returned, Logs %+v", logs)
 	}
+}
+
+// startWorker runs a worker on c (cfg, polling quickly, no scheduler) with h
+// for kind, until stop; ran receives what Run returned.
+func startWorker(t *testing.T, c *queue.Client, cfg queue.WorkerConfig, kind string, h queue.Handler) (w *queue.Worker, stop context.CancelFunc, ran <-chan error) {
+	t.Helper()
+	cfg.PollMin, cfg.NoScheduler = 10*time.Millisecond, true
+	w, err := queue.NewWorker(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Handle(kind, h); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	out := make(chan error, 1)
+	go func() { out <- w.Run(ctx) }()
+	return w, stop, out
 }
