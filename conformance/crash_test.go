@@ -191,20 +191,27 @@ func TestSIGTERMReleasesOnlyAStoppedBody(t *testing.T) {
 
 // TestSecondSIGTERMReleasesAtOnce: a second SIGTERM ends the shutdown's grace
 // (here a minute): the running task is released at once and the worker exits
-// 0, as an operator's second Ctrl-C asks.
+// 0, as an operator's second Ctrl-C asks. So does one SIGTERM to a worker
+// started with --shutdown-grace 0, which took the library's default, 30 s.
 func TestSecondSIGTERMReleasesAtOnce(t *testing.T) {
-	db := newTestDB(t, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
-	id := db.enqueue(t, "term2", 1, stages.Task{Body: db.endlessSQL(), MaxAttempts: 1})
-	w := spawnWorker(t, db, "--lease", "60s", "--shutdown-grace", "60s", "--poll-max", "50ms")
-	waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
-		return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
-	})
-	w.terminate(t, false)
-	waitFor(t, 10*time.Second, "the worker to begin its shutdown", func() bool {
-		return strings.Contains(w.output(), "waiting for running tasks")
-	})
-	w.terminate(t, true) // well within the grace of a minute
-	wantReleasedOnce(t, db, id)
+	for _, grace := range []string{"60s", "0"} {
+		t.Run("grace "+grace, func(t *testing.T) {
+			db := newTestDB(t, "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
+			id := db.enqueue(t, "term2", 1, stages.Task{Body: db.endlessSQL(), MaxAttempts: 1})
+			w := spawnWorker(t, db, "--lease", "60s", "--shutdown-grace", grace, "--poll-max", "50ms")
+			waitFor(t, 20*time.Second, "the worker to start the task", func() bool {
+				return len(db.logs(t, dialect.LogFilter{TaskID: id})) == 1
+			})
+			if grace != "0" {
+				w.terminate(t, false)
+				waitFor(t, 10*time.Second, "the worker to begin its shutdown", func() bool {
+					return strings.Contains(w.output(), "waiting for running tasks")
+				})
+			}
+			w.terminate(t, true) // well within a grace of a minute, or the default's 30 s
+			wantReleasedOnce(t, db, id)
+		})
+	}
 }
 
 // terminate sends SIGTERM to w and, with wait, waits for it to exit 0.

@@ -53,8 +53,8 @@ type WorkerConfig struct {
 	// worker. Heartbeats are bounded by half a lease, rescue passes by a beat.
 	StatementTimeout time.Duration
 	// ShutdownGrace is how long running tasks may take to finish after the
-	// context ends (default 30s); what is still running then is cancelled and
-	// released. A Handler that has not returned a Lease after that cancel is
+	// context ends (default 30s; negative: none); what is still running then
+	// is cancelled and released. A Handler that has not returned a Lease after that cancel is
 	// left running, and Run returns an error (Handler says what follows).
 	ShutdownGrace time.Duration
 	// RetryBase and RetryMax shape the backoff between failed attempts
@@ -607,7 +607,7 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 	done := make(chan struct{})
 	go func() { tasks.Wait(); close(done) }()
 	if n := w.heldCount(); n > 0 {
-		w.log.Info().Int("running", n).Dur("grace", w.cfg.ShutdownGrace).Msg("waiting for running tasks")
+		w.log.Info().Int("running", n).Dur("grace", max(w.cfg.ShutdownGrace, 0)).Msg("waiting for running tasks")
 	}
 	select {
 	case <-done:

@@ -54,6 +54,9 @@ SIGTERM or SIGINT releases them at once.`,
 					*d = -1 // the flag's 0 keeps for ever (the library's 0 is the default)
 				}
 			}
+			if cfg.ShutdownGrace == 0 {
+				cfg.ShutdownGrace = -1 // the flag's 0 is no grace (the library's 0 is the default)
+			}
 			cfg.ID, cfg.Logger, cfg.Version = id, log, Version
 			ctx := cmd.Context()
 			// The probes answer while the database is waited for.
@@ -99,7 +102,7 @@ SIGTERM or SIGINT releases them at once.`,
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "how often leases are extended and expired ones rescued (default lease/3, at most 20s)")
 	f.DurationVar(&cfg.PollMax, "poll-max", 2*time.Second, "longest wait between polls of an empty queue")
 	f.DurationVar(&cfg.ExitWhenIdle, "exit-when-idle", 0, "exit once no task has run for this long and none of its kinds is left to run (0: run until stopped)")
-	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running tasks may take to finish before they are released")
+	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running tasks may take to finish before they are released (0: none, released at once)")
 	f.DurationVar(&cfg.StatementTimeout, "statement-timeout", 30*time.Second, "longest wait for the database to answer one of the queue's own statements (claims, completions; not task bodies) before the worker gives up on it, says so and tries again")
 	f.DurationVar(&cfg.RetryBase, "retry-base", time.Second, "backoff after the first failed attempt (doubles per attempt)")
 	f.DurationVar(&cfg.RetryMax, "retry-max", 10*time.Minute, "longest backoff between attempts")
