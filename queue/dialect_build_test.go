@@ -46,19 +46,20 @@ func TestDialectsCanBeLeftOutOfABuild(t *testing.T) {
 	}
 }
 
-// A PostgreSQL-only worker offers only the DSNs it can open: its --help names
-// no SQLite or SQL Server form and no SQLite default, and without --dsn or
-// STAGEQ_DSN it asks for one (exit 2) instead of trying a SQLite file it
-// does not link.
+// A PostgreSQL-only build offers only the DSNs it can open: --help names no
+// SQLite or SQL Server form and no SQLite default, and a command that opens
+// the database without --dsn or STAGEQ_DSN asks for one (exit 2) instead of
+// trying a SQLite file it does not link. Commands that open none (shell
+// completion) need none.
 func TestALeftOutDialectIsNotOffered(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "worker")
-	if out, err := exec.Command("go", "build", "-tags", "stageq_no_sqlite,stageq_no_sqlserver",
-		"-o", bin, "github.com/stageq/stageq/cmd/worker").CombinedOutput(); err != nil {
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-tags", "stageq_no_sqlite,stageq_no_sqlserver", "-o", dir,
+		"github.com/stageq/stageq/cmd/worker", "github.com/stageq/stageq/cmd/queuectl").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	run := func(args ...string) (string, int) {
+	run := func(prog string, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
+		cmd := exec.Command(filepath.Join(dir, prog), args...)
 		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()} // no STAGEQ_DSN
 		cmd.Dir = t.TempDir()
 		out, err := cmd.CombinedOutput()
@@ -67,11 +68,11 @@ func TestALeftOutDialectIsNotOffered(t *testing.T) {
 			return string(out), exit.ExitCode()
 		}
 		if err != nil {
-			t.Fatalf("%v: %v", args, err)
+			t.Fatalf("%s %v: %v", prog, args, err)
 		}
 		return string(out), 0
 	}
-	help, _ := run("--help")
+	help, _ := run("worker", "--help")
 	var dsnLine string
 	for _, l := range strings.Split(help, "\n") {
 		if strings.Contains(l, "--dsn") {
@@ -81,8 +82,12 @@ func TestALeftOutDialectIsNotOffered(t *testing.T) {
 	if !strings.Contains(dsnLine, "postgres://") || strings.Contains(dsnLine, "sqlite") || strings.Contains(dsnLine, "sqlserver") {
 		t.Errorf("--dsn's help in a PostgreSQL-only build: %q", dsnLine)
 	}
-	out, code := run()
-	if code != 2 || !strings.Contains(out, "no database given") || !strings.Contains(out, "postgres") {
-		t.Errorf("no --dsn in a PostgreSQL-only build: exit %d, %q; want exit 2 asking for --dsn", code, out)
+	for _, c := range [][]string{{"worker"}, {"queuectl", "status"}, {"queuectl", "migrate", "up"}} {
+		if out, code := run(c[0], c[1:]...); code != 2 || !strings.Contains(out, "no database given") || !strings.Contains(out, "postgres") {
+			t.Errorf("%v without a DSN in a PostgreSQL-only build: exit %d, %q; want exit 2 asking for --dsn", c, code, out)
+		}
+	}
+	if out, code := run("queuectl", "completion", "bash"); code != 0 || !strings.Contains(out, "queuectl") {
+		t.Errorf("queuectl completion bash without a DSN: exit %d, %.200q", code, out)
 	}
 }

@@ -143,9 +143,6 @@ func dsnFlag(cmd *cobra.Command, dsn *string) {
 	pf.DurationVar(&timeout, "connect-timeout", dialect.DefaultConnectTimeout,
 		"give up a connection attempt after this long (overrides connect_timeout / \"connection timeout\" in the DSN)")
 	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if *dsn == "" {
-			return usageErrorf("no database given: set --dsn or STAGEQ_DSN (%s)", strings.Join(dialect.Schemes(), ", "))
-		}
 		if !c.Flags().Changed("connect-timeout") {
 			return nil
 		}
@@ -157,8 +154,21 @@ func dsnFlag(cmd *cobra.Command, dsn *string) {
 	}
 }
 
+// needDSN refuses an empty DSN before a command opens it: a build without
+// SQLite has no default (dsnDefault). Commands that open no database
+// (completion, help) work without one.
+func needDSN(dsn string) error {
+	if dsn == "" {
+		return usageErrorf("no database given: set --dsn or STAGEQ_DSN (%s)", strings.Join(dialect.Schemes(), ", "))
+	}
+	return nil
+}
+
 // openClient opens the queue database; migrate applies the schema first.
 func openClient(ctx context.Context, dsn string, migrate bool, log zerolog.Logger) (*queue.Client, error) {
+	if err := needDSN(dsn); err != nil {
+		return nil, err
+	}
 	c, err := queue.Open(ctx, dsn, queue.Config{Migrate: migrate, Logger: log})
 	if err != nil {
 		return nil, err
@@ -262,6 +272,9 @@ func withOperator(dsn *string, fn func(cmd *cobra.Command, args []string, op dia
 // dialect; the connection closes when fn returns.
 func withDialect(dsn *string, fn func(cmd *cobra.Command, args []string, d dialect.Dialect) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
+		if err := needDSN(*dsn); err != nil {
+			return err
+		}
 		d, err := dialect.Open(cmd.Context(), *dsn)
 		if err != nil {
 			return err

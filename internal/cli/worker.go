@@ -132,7 +132,7 @@ func openWithRetry(ctx context.Context, dsn string, migrate bool, log zerolog.Lo
 			return c, nil
 		}
 		if errors.Is(err, dialect.ErrBadDSN) || errors.Is(err, dialect.ErrUnknownScheme) ||
-			errors.Is(err, migrations.ErrSchemaMismatch) || ctx.Err() != nil {
+			errors.Is(err, migrations.ErrSchemaMismatch) || errors.As(err, new(UsageError)) || ctx.Err() != nil {
 			return nil, err
 		}
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", backoff).
