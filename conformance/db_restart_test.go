@@ -237,3 +237,52 @@ func TestWorkerStartedWhileTheDatabaseIsDown(t *testing.T) {
 		t.Errorf("the worker does not log that it connected")
 	}
 }
+
+// TestPendingStageAdvanceWaitsOutAnOutage (PostgreSQL, a private server): a
+// stage ends while an operator's transaction holds its process row, so the
+// worker keeps the stage's advance to try again; then the server stops for
+// five seconds. The worker backs off while the advance fails, as its claims
+// do, rather than try (and log a warning) every 50 ms for as long as the
+// server is down, and the stage opens once it is back. Before, a five-second
+// outage cost about a hundred tries, connection attempts and warnings.
+func TestPendingStageAdvanceWaitsOutAnOutage(t *testing.T) {
+	cluster := pgtest.StartCluster(t)
+	db := newTestDB(t, cluster.DSN("postgres"))
+	admin := adminPool(t, db)
+	db.submit(t, plan("held", "", []int{1, 2}, sameBody("SELECT 1"), 1))
+	tx, err := admin.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("SELECT 1 FROM stageq.processes WHERE name = 'held' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	w := spawnWorker(t, db, "--poll-max", "100ms", "--lease", "3s")
+	waitFor(t, 30*time.Second, "the first stage's task to succeed", func() bool {
+		return db.count(t, "SELECT count(*) FROM stageq.logs WHERE outcome = 'succeeded'") == 1
+	})
+	time.Sleep(300 * time.Millisecond) // the advance is tried, finds the row held, and waits
+	const failed = "could not advance stages"
+	before := strings.Count(w.output(), failed)
+	cluster.Stop(t, "fast") // ends the holding transaction too
+	time.Sleep(5 * time.Second)
+	during := strings.Count(w.output(), failed) - before
+	cluster.Start(t)
+	waitFor(t, time.Minute, "the second stage to run once the server is back", func() bool {
+		var n int
+		return admin.QueryRow("SELECT count(*) FROM stageq.logs WHERE outcome = 'succeeded'").Scan(&n) == nil && n == 2
+	})
+	select {
+	case <-w.done:
+		t.Fatalf("the worker exited (%v)", w.cmd.ProcessState)
+	default:
+	}
+	t.Logf("%d failed tries of the stage advance in a 5 s outage", during)
+	if during == 0 {
+		t.Fatal("the stage advance was not pending during the outage: the test tried nothing")
+	}
+	if during > 20 {
+		t.Errorf("the stage advance was tried %d times in a 5 s outage: no backoff (every 50 ms is 100)", during)
+	}
+}

@@ -12,6 +12,11 @@ import (
 // was held by another transaction (an open submission, an operator's command).
 const advanceRetry = 50 * time.Millisecond
 
+// advanceRetryMax bounds the backoff of a stage advance that failed (the
+// database is down, restarting or unreachable): from advanceRetry, doubling.
+// The rescue pass repairs a stage left unadvanced meanwhile.
+const advanceRetryMax = 5 * time.Second
+
 // advance hands processes whose stage a committed completion may have ended to
 // the advancer (dialect.StageAdvancer). It never blocks the caller: the
 // completion is recorded already, and the rescue pass of any worker repairs a
@@ -30,12 +35,14 @@ func (w *Worker) advance(processIDs []int64) {
 // advanceLoop moves processes to their next stage once the completions that
 // may have ended their stage have committed, apart from the finisher so that
 // recording results never waits for it. A process whose row is busy is tried
-// again every advanceRetry until it can be locked. When in closes, what is left
+// again every advanceRetry until it can be locked; an advance that failed is
+// tried again after a backoff (advanceRetryMax). When in closes, what is left
 // is tried for a last second.
 func (w *Worker) advanceLoop(ctx context.Context, sa dialect.StageAdvancer, in <-chan []int64) {
 	var pending []int64
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	backoff := advanceRetry // the wait after a failed advance: doubles while they fail
 	try := func() {
 		slices.Sort(pending)
 		pending = slices.Compact(pending)
@@ -43,12 +50,16 @@ func (w *Worker) advanceLoop(ctx context.Context, sa dialect.StageAdvancer, in <
 		busy, err := sa.StagesAdvance(actx, pending)
 		err = w.stmtErr(actx, ctx, "advance stages", err)
 		cancel()
+		wait := advanceRetry
 		if err != nil {
-			w.log.Warn().Err(err).Int("processes", len(pending)).Msg("could not advance stages; trying again")
+			wait, backoff = backoff, min(backoff*2, advanceRetryMax)
+			w.log.Warn().Err(err).Int("processes", len(pending)).Dur("retry_in", wait).Msg("could not advance stages; trying again")
+		} else {
+			backoff = advanceRetry
 		}
 		pending = busy
 		if len(pending) > 0 {
-			retry.Reset(advanceRetry)
+			retry.Reset(wait)
 		}
 	}
 	for {
