@@ -29,6 +29,7 @@ import (
 func TestDatabaseRestart(t *testing.T) {
 	for _, mode := range []string{"fast", "immediate", "outage"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // each on a server of its own, mostly asleep
 			cluster := pgtest.StartCluster(t)
 			db := newTestDB(t, cluster.DSN("postgres"))
 			admin := adminPool(t, db)

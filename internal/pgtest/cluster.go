@@ -12,12 +12,21 @@ import (
 )
 
 // BinDir holds the PostgreSQL server binaries (initdb, pg_ctl) a private
-// cluster is made with: STAGEQ_PG_BINDIR, or Debian's PostgreSQL 15.
+// cluster is made with: STAGEQ_PG_BINDIR, or the newest of Debian's
+// /usr/lib/postgresql/<major>/bin.
 func BinDir() string {
 	if v := os.Getenv("STAGEQ_PG_BINDIR"); v != "" {
 		return v
 	}
-	return "/usr/lib/postgresql/15/bin"
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	newest, major := "/usr/lib/postgresql/15/bin", 0
+	for _, d := range dirs {
+		bin := filepath.Dir(d)
+		if m, err := strconv.Atoi(filepath.Base(filepath.Dir(bin))); err == nil && m > major {
+			newest, major = bin, m
+		}
+	}
+	return newest
 }
 
 // Cluster is a PostgreSQL server of one test's own, for a test that stops,
