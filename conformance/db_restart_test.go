@@ -287,3 +287,49 @@ func TestPendingStageAdvanceWaitsOutAnOutage(t *testing.T) {
 		t.Errorf("the stage advance was tried %d times in a 5 s outage: no backoff (every 50 ms is 100)", during)
 	}
 }
+
+// TestWaitingRidesOutARestart (PostgreSQL, a private server): what waits for a
+// process, Client.Wait and queuectl status --watch (enqueue --wait's loop),
+// waits out a restart and an outage of the server and reports the end once
+// it comes. Both gave up at the restart with the first error of a connection
+// the server had closed.
+func TestWaitingRidesOutARestart(t *testing.T) {
+	cluster := pgtest.StartCluster(t)
+	db := newTestDB(t, cluster.DSN("postgres"))
+	db.submit(t, plan("waited", "", []int{1, 2}, sameBody("SELECT 1"), 2))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a guard, not a measure
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() {
+		p, err := db.Client.Wait(ctx, "waited", 100*time.Millisecond)
+		if err == nil && p.State != dialect.ProcessSucceeded {
+			err = fmt.Errorf("process %s", p.State)
+		}
+		waited <- err
+	}()
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	watched := make(chan result, 1)
+	go func() {
+		code, out, errOut := runCLI(t, "queuectl", "", "--dsn", db.DSN, "status", "waited", "--watch")
+		watched <- result{code, out, errOut}
+	}()
+	time.Sleep(time.Second) // both have read the process, and hold pooled connections
+	cluster.Restart(t, "fast")
+	cluster.Stop(t, "fast")
+	time.Sleep(time.Second) // refused connections, too
+	cluster.Start(t)
+	spawnWorker(t, db, "--poll-max", "100ms")
+	if err := <-waited; err != nil {
+		t.Errorf("Client.Wait: %v", err)
+	}
+	r := <-watched
+	if r.code != 0 || !strings.Contains(r.stdout, `process "waited" succeeded`) {
+		t.Errorf("queuectl status --watch: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "the database is out of reach") || !strings.Contains(r.stderr, "answers again") {
+		t.Errorf("queuectl status --watch did not say the database was out of reach and back:\n%s", r.stderr)
+	}
+}

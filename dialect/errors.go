@@ -87,6 +87,16 @@ func ConnLost(err error) bool {
 	return strings.Contains(err.Error(), "conn closed")
 }
 
+// Unreachable reports whether err is what a restart or an outage of the
+// database looks like to a client: a connection it dropped (ConnLost), or none
+// to be had (ErrConnUnavailable, a refused or failed dial). A client that
+// only reads, waiting for something, may try again.
+func Unreachable(err error) bool {
+	var op *net.OpError
+	return ConnLost(err) || errors.Is(err, ErrConnUnavailable) || errors.Is(err, syscall.ECONNREFUSED) ||
+		(errors.As(err, &op) && op.Op == "dial")
+}
+
 // RoutineMissing reports whether err says a statement called a routine the
 // database lacks: PostgreSQL's invalid_schema_name (3F000, the version's
 // schema is gone) or undefined_function (42883); SQL Server's 2812 (no such

@@ -152,7 +152,9 @@ func (c *Client) Logs(ctx context.Context, f dialect.LogFilter) ([]dialect.LogEn
 // can still move it on) once the other tasks of the failed one's stage have
 // ended too (dialect.ProcessStatus.Settled). If ctx ends first it returns
 // ctx's error with the process as last read; dialect.ErrNotFound for a
-// process that does not exist.
+// process that does not exist. A database that restarts or is out of reach
+// meanwhile (dialect.Unreachable) is waited out, with a warning in the
+// client's log; any other error ends the wait.
 func (c *Client) Wait(ctx context.Context, process string, interval time.Duration) (dialect.ProcessInfo, error) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
@@ -164,32 +166,35 @@ func (c *Client) Wait(ctx context.Context, process string, interval time.Duratio
 	defer t.Stop()
 	var last dialect.ProcessInfo // the last read, returned when ctx ends
 	for {
-		p, err := c.d.ProcessGet(ctx, process)
-		if err != nil && ctx.Err() != nil {
+		p, settled, err := c.poll(ctx, process)
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
-		}
-		if err != nil {
+		case dialect.Unreachable(err):
+			c.log.Warn().Err(err).Str("process", process).Msg("wait: the database is out of reach; waiting on")
+		case err != nil:
 			return p, fmt.Errorf("wait for process %q: %w", process, err)
+		case settled:
+			return p, nil
+		default:
+			last = p
 		}
-		if p.State != dialect.ProcessActive {
-			settled, err := c.settled(ctx, p)
-			if err != nil && ctx.Err() != nil {
-				return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
-			}
-			if err != nil {
-				return p, fmt.Errorf("wait for process %q: %w", process, err)
-			}
-			if settled {
-				return p, nil
-			}
-		}
-		last = p
 		select {
 		case <-ctx.Done():
 			return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// poll reads the process once for Wait, and whether it has ended.
+func (c *Client) poll(ctx context.Context, process string) (dialect.ProcessInfo, bool, error) {
+	p, err := c.d.ProcessGet(ctx, process)
+	if err != nil || p.State == dialect.ProcessActive {
+		return p, false, err
+	}
+	settled, err := c.settled(ctx, p)
+	return p, settled, err
 }
 
 // settled reads a process that has left the active state in full, for

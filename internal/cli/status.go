@@ -284,8 +284,24 @@ func follow(ctx context.Context, op dialect.Operator, name string, w io.Writer, 
 		asked     bool      // whether note was asked while it has
 		noted     string    // the last note printed
 	)
+	unreachable := false // the database is out of reach (restarting, down); said once
 	for {
 		ps, err := op.ProcessList(ctx, dialect.ProcessFilter{Name: name})
+		if err == nil && unreachable {
+			unreachable = false
+			fmt.Fprintln(os.Stderr, time.Now().Format(time.TimeOnly), "the database answers again")
+		}
+		if err != nil && ctx.Err() == nil && dialect.Unreachable(err) {
+			if !unreachable {
+				unreachable = true
+				fmt.Fprintln(os.Stderr, time.Now().Format(time.TimeOnly), "the database is out of reach, waiting on:", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-ticker.C:
+			}
+			continue
+		}
 		if err != nil {
 			finish()
 			if ctx.Err() != nil {
