@@ -120,7 +120,7 @@ func (c *Client) SubmitTx(ctx context.Context, tx *sql.Tx, p stages.Plan) (Resul
 	if tx == nil {
 		return Result{}, errors.New("submit: SubmitTx needs the caller's transaction; Submit opens one of its own")
 	}
-	if err := p.Validate(); err != nil {
+	if err := ValidatePlan(p); err != nil {
 		return Result{}, err
 	}
 	params := p.Resolve()

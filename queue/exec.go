@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/stageq/stageq/stages"
 )
 
 // KindExec is the kind of tasks whose body is an operating-system command. A
@@ -42,6 +45,28 @@ func execArgs(body string) ([]string, error) {
 		return nil, errors.New("exec body names no program")
 	}
 	return args, nil
+}
+
+// ValidatePlan is p.Validate, and the bodies of its exec tasks checked as a
+// worker will read them (execArgs): a body that names no program, or is not
+// the JSON array it starts like, is refused when submitted rather than
+// failed when run.
+func ValidatePlan(p stages.Plan) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	for i, s := range p.Stages {
+		for j, t := range s.Tasks {
+			kind := cmp.Or(t.Kind, p.Defaults.Kind)
+			if kind != KindExec {
+				continue
+			}
+			if _, err := execArgs(t.Body); err != nil {
+				return fmt.Errorf("%w: stages[%d].tasks[%d]: %v", stages.ErrInvalidPlan, i, j, err)
+			}
+		}
+	}
+	return nil
 }
 
 // allowed finds program and reports whether it may run: it must match an

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,5 +115,35 @@ func TestExecRefusalFailsTheAttemptOnly(t *testing.T) {
 				t.Errorf("%s, attempt %d: %s %q; want failed, saying %q", body, l.Attempt, l.Outcome, l.Error, want)
 			}
 		}
+	}
+}
+
+// TestExecBodiesAreCheckedWhenSubmitted: an exec body a worker could not read
+// (a JSON array cut short, one of numbers, none of any program) is refused
+// as an invalid plan when submitted, and nothing is queued; it used to be
+// queued and fail when a worker ran it. Words and whole arrays are taken.
+func TestExecBodiesAreCheckedWhenSubmitted(t *testing.T) {
+	ctx, c := openSQLite(t)
+	for _, body := range []string{`["pg_dump", "-Fc"`, `[1, 2]`, `[]`, `[""]`} {
+		if _, err := c.Enqueue(ctx, "", 1, stages.Task{Kind: queue.KindExec, Body: body}); !errors.Is(err, stages.ErrInvalidPlan) {
+			t.Errorf("exec body %s: %v; want an invalid plan", body, err)
+		}
+	}
+	plan := stages.Plan{Defaults: stages.TaskDefaults{Kind: queue.KindExec}, Stages: []stages.Stage{
+		{Order: new(int), Tasks: []stages.Task{{Body: "pg_dump -Fc sales"}, {Body: `["true"]`}, {Kind: queue.KindSQL, Body: "[not exec"}}},
+	}}
+	if _, err := c.Submit(ctx, plan); err != nil {
+		t.Fatalf("valid exec bodies (the default kind) beside a SQL one: %v", err)
+	}
+	plan.Stages[0].Tasks[1].Body = `["true"`
+	if _, err := c.Submit(ctx, plan); !errors.Is(err, stages.ErrInvalidPlan) || !strings.Contains(err.Error(), "tasks[1]") {
+		t.Errorf("a plan whose default kind is exec, with a broken body: %v; want an invalid plan naming tasks[1]", err)
+	}
+	tasks, err := c.Dialect().TaskList(ctx, dialect.TaskFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 3 {
+		t.Errorf("%d tasks queued, want the 3 of the valid plan", len(tasks))
 	}
 }

@@ -72,7 +72,7 @@ transaction. Prints what it created; --json for scripts.`,
 			default:
 				return usageErrorf("nothing to enqueue: give a body, '-' for stdin, or --file PLAN")
 			}
-			if err := plan.Validate(); err != nil {
+			if err := queue.ValidatePlan(plan); err != nil {
 				return UsageError{err}
 			}
 			return nil
