@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,4 +163,55 @@ func TestLimitChangeMidRun(t *testing.T) {
 			t.Errorf("limit get: %+v, %v", l, err)
 		}
 	})
+}
+
+// TestLimitChangeWakesIdleWorkers: a change that may admit waiting tasks
+// wakes idle workers, as a new task does, rather than leaving the freed slots
+// unused until their next poll. A worker polls once a minute here; one task
+// of two runs under a limit of 1; the limit is raised or removed and the
+// second task must start well before that poll. PostgreSQL's limit set
+// notified; a process limit's change and a delete did not (found by
+// TestProbeRaisePickup: 2.2 s with the default poll-max of 2 s, against
+// 30 ms for a raised named limit).
+func TestLimitChangeWakesIdleWorkers(t *testing.T) {
+	for _, change := range []string{"raise", "delete", "process-raise", "process-delete"} {
+		t.Run(change, func(t *testing.T) {
+			forEachDialect(t, func(t *testing.T, db *testDB) {
+				ctx := context.Background()
+				op := limOperator(t, db)
+				p := plan("woken", "wait", []int{1}, sameBody("1m"), 2)
+				key := "woken"
+				if strings.HasPrefix(change, "process-") {
+					db.submit(t, p)
+					key = "process:woken"
+					db.setLimit(t, key, 1)
+				} else {
+					db.setLimit(t, key, 1)
+					p.Stages[0].Limit = key
+					db.submit(t, p)
+				}
+				cfg := fastConfig()
+				cfg.Concurrency = 2
+				cfg.PollMin, cfg.PollMax = time.Minute, time.Minute
+				cfg.ShutdownGrace = 100 * time.Millisecond
+				startWorkers(t, db, 1, cfg, func(w *queue.Worker) { w.Handle("wait", waitBody) })
+				running := func() int {
+					return db.count(t, "SELECT count(*) FROM "+db.table("tasks")+" WHERE state = 'running'")
+				}
+				waitFor(t, 30*time.Second, "one task to run", func() bool { return running() == 1 })
+				time.Sleep(200 * time.Millisecond) // the worker's claim found the limit full; it waits for its poll
+				var err error
+				if strings.HasSuffix(change, "raise") {
+					err = op.LimitSet(ctx, key, 2)
+				} else {
+					err = op.LimitDelete(ctx, key)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Well under the minute of the worker's poll.
+				waitFor(t, 15*time.Second, "the second task to start after the limit's "+change, func() bool { return running() == 2 })
+			})
+		})
+	}
 }

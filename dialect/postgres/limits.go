@@ -19,7 +19,18 @@ WITH up AS (
 )
 SELECT pg_notify('stageq_tasks', '') FROM up`,
 
-	Delete: `DELETE FROM stageq.limits WHERE key = $1`,
+	// In: key. Out: one row per limit removed (its count is the statement's).
+	// The NOTIFY wakes idle workers, as Upsert's does: the tasks the limit
+	// held back are now unlimited.
+	Delete: `
+WITH gone AS (
+    DELETE FROM stageq.limits WHERE key = $1
+    RETURNING key
+)
+SELECT pg_notify('stageq_tasks', '') FROM gone`,
+
+	// A changed max_parallel (a process: limit) wakes idle workers likewise.
+	Wake: `SELECT pg_notify('stageq_tasks', '')`,
 
 	// List reads every limit with its slots in use. In: key ("" for all).
 	List: `

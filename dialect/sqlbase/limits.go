@@ -17,6 +17,12 @@ type LimitStatements struct {
 	// List reads limits with their slots in use, processes' max_parallel
 	// as "process:NAME". In: key ("" for all). Out: key, max, updated_at, running.
 	List string
+	// Wake, where set, tells idle workers that tasks may now be admitted,
+	// as a new task does; it runs in the transaction of a change to a
+	// process's max_parallel, whose statements cannot say so themselves
+	// (PostgreSQL's pg_notify, delivered at commit). Empty where a commit
+	// wakes workers by itself (SQLite's data_version) or nothing can.
+	Wake string
 }
 
 // Limits live in the limits table (named keys and "kind:KIND") and in a

@@ -51,6 +51,14 @@ func (b *Base) ProcessConfigure(ctx context.Context, tx *sql.Tx, name string, s 
 		if err := b.Configure(ctx, q, id, s); err != nil {
 			return fmt.Errorf("configure process %q: %w", name, err)
 		}
+		// A raised or removed max_parallel may admit tasks that idle workers
+		// last found held back: without a wake they would wait for their
+		// next poll (up to --poll-max), while a raised named limit wakes them.
+		if s.MaxParallel != nil && b.Limits.Wake != "" {
+			if _, err := q.ExecContext(ctx, b.Limits.Wake); err != nil {
+				return fmt.Errorf("configure process %q: wake workers: %w", name, b.MapErr(err))
+			}
+		}
 		return nil
 	})
 }
