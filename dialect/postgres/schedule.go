@@ -66,8 +66,10 @@ UPDATE stageq.schedules
    SET last_run = $2, last_outcome = $3, last_worker_id = $4, last_fired_at = now(), updated_at = now()
  WHERE id = $1`,
 
-	// In: schedule id, cut-off. A seek on the primary key.
-	PruneRuns: `DELETE FROM stageq.schedule_runs WHERE schedule_id = $1 AND scheduled_for < $2`,
+	// In: schedule id, cut-off. A seek on the primary key; a run handled
+	// after the cut-off stays however old its tick (a missed tick or a catch-up
+	// run recorded after a long outage).
+	PruneRuns: `DELETE FROM stageq.schedule_runs WHERE schedule_id = $1 AND scheduled_for < $2 AND fired_at < $2`,
 
 	// Out: the earliest unpaused next_run (NULL: none) and the database's now. A
 	// seek on schedules_due.

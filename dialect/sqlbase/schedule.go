@@ -41,7 +41,8 @@ type ScheduleStatements struct {
 	// Touch records a run-now tick, leaving next_run alone. In: schedule id,
 	// tick, outcome, worker.
 	Touch string
-	// PruneRuns deletes a schedule's older runs. In: schedule id, cut-off.
+	// PruneRuns deletes a schedule's runs whose tick and handling both
+	// came before the cut-off. In: schedule id, cut-off.
 	PruneRuns string
 	// NextDue: out the earliest unpaused next_run (NULL: none) and the
 	// database's now.

@@ -75,8 +75,10 @@ UPDATE stageq_schedules
        last_fired_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')
  WHERE id = ?1`,
 
-	// In: schedule id, cut-off. A seek on the primary key.
-	PruneRuns: `DELETE FROM stageq_schedule_runs WHERE schedule_id = ? AND scheduled_for < ?`,
+	// In: schedule id, cut-off. A seek on the primary key; a run handled
+	// after the cut-off stays however old its tick (a missed tick or a catch-up
+	// run recorded after a long outage).
+	PruneRuns: `DELETE FROM stageq_schedule_runs WHERE schedule_id = ?1 AND scheduled_for < ?2 AND fired_at < ?2`,
 
 	// Out: the earliest unpaused next_run (NULL: none) and the database's now.
 	NextDue: `SELECT min(next_run), ` + nowSQL + ` FROM stageq_schedules WHERE paused = 0`,

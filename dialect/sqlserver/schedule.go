@@ -208,12 +208,15 @@ UPDATE stageq.Schedules
  WHERE id = @ScheduleId;`
 
 // schedulePruneRunsSQL deletes up to 1,000 of a schedule's runs older than the
-// cut-off. In: schedule id, cut-off.
+// cut-off: ticks before it that were also handled before it (a missed tick or a
+// catch-up run recorded after a long outage stays however old its tick). In:
+// schedule id, cut-off.
 const schedulePruneRunsSQL = `
 SET NOCOUNT ON;
 DECLARE @ScheduleId bigint = @pScheduleId,
         @PruneBefore datetime2(7) = @pPruneBefore;
-DELETE TOP (1000) FROM stageq.ScheduleRuns WHERE schedule_id = @ScheduleId AND scheduled_for < @PruneBefore;`
+DELETE TOP (1000) FROM stageq.ScheduleRuns
+ WHERE schedule_id = @ScheduleId AND scheduled_for < @PruneBefore AND fired_at < @PruneBefore;`
 
 // scheduleIDs is a tick's task ids as scheduleTagSQL takes them: a JSON array.
 func scheduleIDs(ids []int64) (any, error) {
