@@ -189,6 +189,12 @@ func (s *Schedule) validate() (string, error) {
 		if _, expr, err = parseCron(s.Cron, s.TimeZone); err != nil {
 			return "", err
 		}
+		// Go reads the zone "Local" as the zone of the machine reading it:
+		// workers in different zones would compute different ticks for one
+		// schedule. (One stored before this check keeps running.)
+		if z, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(expr, "CRON_TZ="), "TZ="), " "); z == "Local" {
+			return "", fmt.Errorf("%w: cron %q: time zone Local is each worker's own; name the zone (Europe/Paris), or give none for UTC", ErrInvalidSchedule, expr)
+		}
 		if !s.Start.IsZero() {
 			return "", fmt.Errorf("%w: start applies to interval schedules; cron expressions say when they start", ErrInvalidSchedule)
 		}

@@ -78,6 +78,10 @@ func TestScheduleValidate(t *testing.T) {
 		{Name: "x", Cron: "@every 5s", Plan: plan},
 		{Name: "x", Cron: "0 0 30 2 *", Plan: plan}, // 30 February never comes
 		{Name: "x", Cron: "* * * * *", TimeZone: "Nowhere/Land", Plan: plan},
+		// Go reads Local as the zone of the machine: each worker its own.
+		{Name: "x", Cron: "0 2 * * *", TimeZone: "Local", Plan: plan},
+		{Name: "x", Cron: "CRON_TZ=Local 0 2 * * *", Plan: plan},
+		{Name: "x", Cron: "TZ=Local 0 2 * * *", Plan: plan},
 		{Name: "x", Every: stages.Duration(time.Second), Missed: "twice", Plan: plan},
 		{Name: "x", Every: stages.Duration(time.Second), Grace: stages.Duration(-time.Second), Plan: plan},
 		{Name: "x", Every: stages.Duration(time.Second)},
