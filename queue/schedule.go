@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	_ "time/tzdata" // every worker must read CRON_TZ zones the same way, with or without system tzdata
@@ -98,11 +99,23 @@ type intervalSpec struct {
 func (i intervalSpec) next(t time.Time) time.Time { return t.Add(i.iv) }
 
 func (i intervalSpec) atOrAfter(t time.Time) time.Time {
-	if !t.After(i.anchor) {
-		return i.anchor
+	a := i.anchor
+	if !t.After(a) {
+		return a
 	}
-	n := (t.Sub(i.anchor) + i.iv - 1) / i.iv // ceiling, without stepping tick by tick
-	return i.anchor.Add(n * i.iv)
+	// t.Sub saturates at about 292 years, and the ceiling below must not
+	// overflow either: from an anchor further back, first move it forward by
+	// whole intervals, in strides of at most half that span.
+	const stride = time.Duration(math.MaxInt64 / 2)
+	for t.Sub(a) > stride {
+		a = a.Add(max(stride/i.iv, 1) * i.iv)
+	}
+	gap := t.Sub(a)
+	n := gap / i.iv // ceiling, without stepping tick by tick
+	if gap%i.iv != 0 {
+		n++
+	}
+	return a.Add((n - 1) * i.iv).Add(i.iv)
 }
 
 // parseCron parses a cron expression in a zone ("" for UTC) and checks that it

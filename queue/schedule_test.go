@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,29 @@ func TestTickSpecs(t *testing.T) {
 	} {
 		if got := iv.atOrAfter(c.at); !got.Equal(c.want) {
 			t.Errorf("interval atOrAfter(%s) = %s, want %s", c.at, got, c.want)
+		}
+	}
+	// An anchor more than 292 years back (a start: far in the past) overflowed
+	// the duration arithmetic: the first tick at or after t came out centuries
+	// before the anchor, and the scheduler walked next_run back for ever.
+	for _, c := range []struct {
+		anchor time.Time
+		iv     time.Duration
+	}{
+		{time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Hour},
+		{time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC), time.Hour},
+		{time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC), 7 * time.Second},
+		{time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC), 200 * 365 * 24 * time.Hour},
+		{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Duration(math.MaxInt64)},
+	} {
+		got := intervalSpec{iv: c.iv, anchor: c.anchor}.atOrAfter(t0)
+		// A tick, at or after t0, less than one interval after it.
+		if got.Before(t0) || got.Sub(t0) >= c.iv {
+			t.Errorf("interval %s from %s: atOrAfter(%s) = %s", c.iv, c.anchor, t0, got)
+		}
+		// In seconds: Sub saturates past 292 years.
+		if ivs := int64(c.iv / time.Second); c.iv%time.Second == 0 && (got.Unix()-c.anchor.Unix())%ivs != 0 {
+			t.Errorf("interval %s from %s: atOrAfter(%s) = %s, not a tick", c.iv, c.anchor, t0, got)
 		}
 	}
 	// Paris moves to summer time on 2026-03-29: 02:30 local does not exist that
