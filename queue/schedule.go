@@ -78,7 +78,9 @@ var ErrInvalidSchedule = errors.New("invalid schedule")
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // farFuture is next_run of a cron expression that never matches again (cron
-// gives up after five years of searching); the schedule then simply stays idle.
+// gives up after five years of searching), and the latest next_run of an
+// interval; the schedule then simply stays idle. Every dialect stores times up
+// to the year 9999 only (SQLite's text sorts and parses with four-digit years).
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // tickSpec computes ticks. Implementations are pure: the times they are given
@@ -96,7 +98,12 @@ type intervalSpec struct {
 	anchor time.Time
 }
 
-func (i intervalSpec) next(t time.Time) time.Time { return t.Add(i.iv) }
+func (i intervalSpec) next(t time.Time) time.Time {
+	if n := t.Add(i.iv); n.Before(farFuture) {
+		return n
+	}
+	return farFuture
+}
 
 func (i intervalSpec) atOrAfter(t time.Time) time.Time {
 	a := i.anchor
@@ -115,7 +122,7 @@ func (i intervalSpec) atOrAfter(t time.Time) time.Time {
 	if gap%i.iv != 0 {
 		n++
 	}
-	return a.Add((n - 1) * i.iv).Add(i.iv)
+	return i.next(a.Add((n - 1) * i.iv))
 }
 
 // parseCron parses a cron expression in a zone ("" for UTC) and checks that it
@@ -220,6 +227,10 @@ func (s *Schedule) validate() (string, error) {
 		return "", fmt.Errorf("%w: interval must be at least %s, got %s", ErrInvalidSchedule, MinScheduleInterval, time.Duration(s.Every))
 	case s.TimeZone != "":
 		return "", fmt.Errorf("%w: time_zone applies to cron expressions only", ErrInvalidSchedule)
+	}
+	if !s.Start.IsZero() && (s.Start.Year() < 1 || !s.Start.Before(farFuture)) {
+		return "", fmt.Errorf("%w: start %s: give a time from the year 1 to before %s", ErrInvalidSchedule,
+			s.Start.Format(time.RFC3339), farFuture.Format(time.DateOnly))
 	}
 	switch s.Missed {
 	case "":

@@ -47,6 +47,15 @@ func TestTickSpecs(t *testing.T) {
 			t.Errorf("interval %s from %s: atOrAfter(%s) = %s, not a tick", c.iv, c.anchor, t0, got)
 		}
 	}
+	// An interval's ticks stop at farFuture, the last time every dialect stores:
+	// a next_run in the year 10000 broke SQLite (above).
+	late := intervalSpec{iv: 24 * time.Hour, anchor: farFuture.Add(-time.Hour)}
+	if got := late.next(late.anchor); !got.Equal(farFuture) {
+		t.Errorf("next past farFuture = %s, want %s", got, farFuture)
+	}
+	if got := late.atOrAfter(farFuture.Add(-time.Minute)); !got.Equal(farFuture) {
+		t.Errorf("atOrAfter past farFuture = %s, want %s", got, farFuture)
+	}
 	// Paris moves to summer time on 2026-03-29: 02:30 local does not exist that
 	// day, and the zone, not the worker's, decides.
 	c, expr, err := parseCron("0 30 6 * * *", "Europe/Paris")
@@ -109,6 +118,10 @@ func TestScheduleValidate(t *testing.T) {
 		{Name: "x", Every: stages.Duration(time.Second), Missed: "twice", Plan: plan},
 		{Name: "x", Every: stages.Duration(time.Second), Grace: stages.Duration(-time.Second), Plan: plan},
 		{Name: "x", Every: stages.Duration(time.Second)},
+		// Beyond what the databases store: SQLite's text sorted the year 10000
+		// before every other time, and no read could parse it.
+		{Name: "x", Every: stages.Duration(time.Hour), Start: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Plan: plan},
+		{Name: "x", Every: stages.Duration(time.Hour), Start: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), Plan: plan},
 	} {
 		if _, err := s.validate(); !errors.Is(err, ErrInvalidSchedule) {
 			t.Errorf("%+v: err = %v, want ErrInvalidSchedule", s, err)
