@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
 	"github.com/stageq/stageq/stages"
 )
 
@@ -106,4 +108,38 @@ func dbTime(db *testDB, t time.Time) any {
 		return t.UTC().Format("2006-01-02 15:04:05.000")
 	}
 	return t
+}
+
+// TestScheduleSingletonWaitsOutAFailedRun: what "unfinished" means to a
+// singleton. A run whose task failed for good is still in the queue: every
+// tick is skipped until the task is discarded, and then runs are enqueued
+// again. (README, Recurring schedules.)
+func TestScheduleSingletonWaitsOutAFailedRun(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, db *testDB) {
+		ctx := context.Background()
+		s := everySecond("single-fail", stages.Task{Kind: "boom", Body: "x", MaxAttempts: 1})
+		s.Singleton = true
+		db.addSchedule(t, s)
+		startWorkers(t, db, 1, fastConfig(), func(w *queue.Worker) {
+			w.Handle("boom", func(context.Context, *queue.Task) error { return errors.New("boom") })
+		})
+		failed := func() int {
+			return db.count(t, schedSQL(db, `SELECT count(*) FROM stageq.tasks WHERE schedule_name = $1 AND state = 'failed'`), "single-fail")
+		}
+		waitFor(t, 30*time.Second, "the first run to fail for good", func() bool { return failed() == 1 })
+		enqueued := schedRunsWith(t, db, "single-fail", dialect.RunEnqueued)
+		skipped := schedRunsWith(t, db, "single-fail", dialect.RunSkipped)
+		waitFor(t, 30*time.Second, "three more ticks", func() bool {
+			return schedRunsWith(t, db, "single-fail", dialect.RunSkipped) >= skipped+3
+		})
+		if n := schedRunsWith(t, db, "single-fail", dialect.RunEnqueued); n != enqueued {
+			t.Errorf("%d runs enqueued while the failed run was in the queue, want none", n-enqueued)
+		}
+		if _, err := limOperator(t, db).ProcessDiscard(ctx, "single-fail"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "a run after the discard", func() bool {
+			return schedRunsWith(t, db, "single-fail", dialect.RunEnqueued) > enqueued
+		})
+	})
 }
