@@ -120,8 +120,9 @@ func TestExecRefusalFailsTheAttemptOnly(t *testing.T) {
 
 // TestExecBodiesAreCheckedWhenSubmitted: an exec body a worker could not read
 // (a JSON array cut short, one of numbers, none of any program) is refused
-// as an invalid plan when submitted, and nothing is queued; it used to be
-// queued and fail when a worker ran it. Words and whole arrays are taken.
+// as an invalid plan when submitted, or added in a schedule's plan, and
+// nothing is queued; it used to be queued and fail when a worker ran it.
+// Words and whole arrays are taken.
 func TestExecBodiesAreCheckedWhenSubmitted(t *testing.T) {
 	ctx, c := openSQLite(t)
 	for _, body := range []string{`["pg_dump", "-Fc"`, `[1, 2]`, `[]`, `[""]`} {
@@ -138,6 +139,9 @@ func TestExecBodiesAreCheckedWhenSubmitted(t *testing.T) {
 	plan.Stages[0].Tasks[1].Body = `["true"`
 	if _, err := c.Submit(ctx, plan); !errors.Is(err, stages.ErrInvalidPlan) || !strings.Contains(err.Error(), "tasks[1]") {
 		t.Errorf("a plan whose default kind is exec, with a broken body: %v; want an invalid plan naming tasks[1]", err)
+	}
+	if _, err := c.ScheduleAdd(ctx, queue.Schedule{Name: "dump", Every: stages.Duration(time.Hour), Plan: plan}); !errors.Is(err, queue.ErrInvalidSchedule) {
+		t.Errorf("a schedule whose plan has a broken exec body: %v; want an invalid schedule", err)
 	}
 	tasks, err := c.Dialect().TaskList(ctx, dialect.TaskFilter{})
 	if err != nil {

@@ -248,7 +248,7 @@ func (s *Schedule) validate() (string, error) {
 	if s.Plan.Process == "" {
 		s.Plan.Process = s.Name
 	}
-	if err := s.Plan.Validate(); err != nil {
+	if err := ValidatePlan(s.Plan); err != nil {
 		return "", fmt.Errorf("%w: plan: %w", ErrInvalidSchedule, err)
 	}
 	return expr, nil
@@ -375,7 +375,7 @@ func decodePlan(s dialect.ScheduleInfo) (stages.Plan, error) {
 	if err := json.Unmarshal([]byte(s.Plan), &plan); err != nil {
 		return plan, fmt.Errorf("schedule %q: decode plan: %w", s.Name, err)
 	}
-	if err := plan.Validate(); err != nil {
+	if err := ValidatePlan(plan); err != nil {
 		return plan, fmt.Errorf("schedule %q: %w", s.Name, err)
 	}
 	return plan, nil
