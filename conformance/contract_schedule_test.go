@@ -26,19 +26,8 @@ func contractScheduleFire(t *testing.T, db *testDB) {
 	}
 	fire := func(p dialect.ScheduleFireParams) error {
 		t.Helper()
-		tx, err := db.D.BeginTx(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		if _, _, err := db.D.ScheduleLock(ctx, tx, "c-fire"); err != nil {
-			t.Fatal(err)
-		}
 		p.ScheduleID, p.ScheduleName, p.WorkerID, p.ScheduledFor = id, "c-fire", "w1", tick
-		if err := db.D.ScheduleFire(ctx, tx, p); err != nil {
-			return err
-		}
-		return tx.Commit()
+		return fireLocked(t, db, p)
 	}
 	// A run-now recorded at the instant of the next tick.
 	if err := fire(dialect.ScheduleFireParams{Outcome: dialect.RunManual}); err != nil {
@@ -65,4 +54,24 @@ func contractScheduleFire(t *testing.T, db *testDB) {
 	if err != nil || len(runs) != 1 || runs[0].Outcome != dialect.RunManual || !runs[0].ScheduledFor.Equal(tick) {
 		t.Fatalf("runs: %+v, %v; want the one manual run at %s", runs, err, tick)
 	}
+}
+
+// fireLocked records a tick as a worker's scheduler does: ScheduleFire in a
+// transaction that holds the schedule's lock. The test fails on errors of the
+// transaction; ScheduleFire's own is returned.
+func fireLocked(t *testing.T, db *testDB, p dialect.ScheduleFireParams) error {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.D.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, _, err := db.D.ScheduleLock(ctx, tx, p.ScheduleName); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.D.ScheduleFire(ctx, tx, p); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

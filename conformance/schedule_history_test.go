@@ -65,19 +65,8 @@ func TestScheduleRunHistoryPruned(t *testing.T) {
 		}
 		record := func(tick, pruneBefore time.Time) {
 			t.Helper()
-			tx, err := db.D.BeginTx(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			if _, _, err := db.D.ScheduleLock(ctx, tx, "hist"); err != nil {
-				t.Fatal(err)
-			}
-			if err := db.D.ScheduleFire(ctx, tx, dialect.ScheduleFireParams{ScheduleID: id, ScheduleName: "hist",
+			if err := fireLocked(t, db, dialect.ScheduleFireParams{ScheduleID: id, ScheduleName: "hist",
 				WorkerID: "w", ScheduledFor: tick, Outcome: dialect.RunManual, PruneBefore: pruneBefore}); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
 				t.Fatal(err)
 			}
 		}
