@@ -271,3 +271,43 @@ func drainBusy(t *testing.T, db *testDB, tx *sql.Tx, timeout time.Duration) {
 		return len(db.logs(t, dialect.LogFilter{Process: "busy", Outcome: dialect.OutcomeSucceeded})) == 2
 	})
 }
+
+// TestShutdownWaitsOutASlowRelease (PostgreSQL): a handler that stops at its
+// shutdown's cancel has done its part even when recording its release takes
+// longer than a lease (an application's transaction holds the process row the
+// hand-back locks). The worker waits for the release and stops without an
+// error; the task is released once. The lease-long bound of a shutdown is for
+// bodies that do not stop, which this one was taken for.
+func TestShutdownWaitsOutASlowRelease(t *testing.T) {
+	db := newTestDB(t, newPostgresDB(t))
+	admin := adminPool(t, db)
+	id := db.enqueue(t, "slowrelease", 1, stages.Task{Kind: "stops", Body: "x", MaxAttempts: 1})
+	cfg := fastConfig()
+	cfg.ShutdownGrace = 10 * time.Millisecond
+	started := make(chan struct{})
+	pool := startWorkers(t, db, 1, cfg, func(w *queue.Worker) {
+		w.Handle("stops", func(ctx context.Context, _ *queue.Task) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	})
+	<-started
+	tx, err := admin.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`SELECT 1 FROM stageq.processes WHERE name = 'slowrelease' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	held := time.AfterFunc(cfg.Lease+1500*time.Millisecond, func() { tx.Rollback() }) // past the bound
+	defer held.Stop()
+	pool.stop()
+	select {
+	case err := <-pool.errs:
+		t.Fatalf("Run: %v; want none: the handler stopped at its cancel", err)
+	default:
+	}
+	wantReleasedOnce(t, db, id)
+}

@@ -24,10 +24,10 @@ type Task struct {
 // task's failure: the attempt is released (another worker runs it at once) or,
 // with the lease lost, left to the worker that holds the task now. Returning nil
 // after a shutdown's cancel records the task as succeeded, as it did its work;
-// after a lost lease nothing is recorded. A Handler that has not returned a
-// lease after a shutdown's cancel is left running: Run returns an error, the
-// lease is no longer extended, and another worker runs the task again once it
-// expires.
+// after a lost lease nothing is recorded. A Handler that has not returned
+// within a lease of a shutdown's cancel is left running: Run returns an error,
+// the lease is no longer extended, and another worker runs the task again once
+// it expires.
 //
 // The goroutine a Handler runs on is kept for later attempts (of any kind): a
 // Handler that locks its OS thread (runtime.LockOSThread) must unlock it before

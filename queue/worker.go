@@ -54,8 +54,9 @@ type WorkerConfig struct {
 	StatementTimeout time.Duration
 	// ShutdownGrace is how long running tasks may take to finish after the
 	// context ends (default 30s; negative: none); what is still running then
-	// is cancelled and released. A Handler that has not returned a Lease after that cancel is
-	// left running, and Run returns an error (Handler says what follows).
+	// is cancelled and released. A Handler that has not returned within a
+	// Lease of that cancel is left running, and Run returns an error (Handler
+	// says what follows).
 	ShutdownGrace time.Duration
 	// RetryBase and RetryMax shape the backoff between failed attempts
 	// (defaults 1s and 10m).
@@ -412,9 +413,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-ended:
 		wrapUp()
 	default:
-		err = errors.Join(err, fmt.Errorf("worker: %d task(s) still running %s after their cancel were left to lapse: "+
+		err = errors.Join(err, fmt.Errorf("worker: %d task(s) whose bodies still ran %s after their cancel were left to lapse: "+
 			"their leases are no longer extended, and another worker's rescue runs them again once they expire "+
-			"(a Handler that ignores its context?)", w.heldCount(), w.cfg.Lease))
+			"(a Handler that ignores its context?)", w.executingCount(), w.cfg.Lease))
 		go func() { <-ended; wrapUp() }()
 	}
 	background.stop()
@@ -452,11 +453,13 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			// stay leased to this worker, unrun and unreleased, until their
 			// leases expired. Its tasks are then handed back unstarted. Once
 			// shutdown has begun it gets a short while more (a claim takes
-			// milliseconds), so the grace of the running tasks stays the bound.
+			// milliseconds), so the grace of the running tasks stays the bound;
+			// with a grace of none or almost none, claimAfterShutdownMin.
 			cctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
 			sent, _ := bootClock()
 			holding, held := w.writeHolds()
-			stop := context.AfterFunc(ctx, func() { time.AfterFunc(min(w.cfg.ShutdownGrace, claimAfterShutdown), cancel) })
+			cut := max(min(w.cfg.ShutdownGrace, claimAfterShutdown), claimAfterShutdownMin)
+			stop := context.AfterFunc(ctx, func() { time.AfterFunc(cut, cancel) })
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
 			})
@@ -540,8 +543,14 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 	}
 }
 
-// claimAfterShutdown bounds a claim still in flight when shutdown begins.
-const claimAfterShutdown = 2 * time.Second
+// claimAfterShutdown bounds a claim still in flight when shutdown begins, and
+// claimAfterShutdownMin is the least it gets: cut at once (a shutdown grace of
+// none), a claim the database had committed would leave its tasks leased to
+// this worker, unrun, until their leases expired.
+const (
+	claimAfterShutdown    = 2 * time.Second
+	claimAfterShutdownMin = 250 * time.Millisecond
+)
 
 // launch runs an admitted attempt on a runner (runners.go). Called with w.mu
 // held and the attempt's slot counted in executing.
@@ -599,10 +608,12 @@ func (w *Worker) heldCount() int {
 
 // shutdown waits up to the grace period for running tasks, then cancels the rest;
 // their attempts end as released (runner.go), so other workers take them at once.
-// It returns once every task has ended, or once the cancelled ones have had a
-// lease more: Go cannot stop a Handler that ignores its context, and the worker
-// must not wait for one for ever (Run then leaves it to lapse). The channel it
-// returns closes when the last task has ended.
+// It returns once every task has ended, or once a body still runs a lease after
+// its cancel: Go cannot stop a Handler that ignores its context, and the worker
+// must not wait for one for ever (Run then leaves it to lapse). Bodies that have
+// ended are waited for until their ends are recorded, however long the database
+// makes that take: the statement timeout bounds it. The channel it returns
+// closes when the last task has ended.
 func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) <-chan struct{} {
 	done := make(chan struct{})
 	go func() { tasks.Wait(); close(done) }()
@@ -621,8 +632,12 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 	select {
 	case <-done:
 	case <-time.After(w.cfg.Lease):
-		w.log.Error().Int("running", w.heldCount()).Dur("after", w.cfg.Lease).
-			Msg("tasks still running after their cancel: leaving them to lapse (a Handler that ignores its context?)")
+		if n := w.executingCount(); n > 0 {
+			w.log.Error().Int("running", n).Dur("after", w.cfg.Lease).
+				Msg("task bodies still running after their cancel: leaving them to lapse (a Handler that ignores its context?)")
+			return done
+		}
+		<-done // every body has ended: their ends are being recorded
 	}
 	return done
 }
