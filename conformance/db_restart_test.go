@@ -316,7 +316,18 @@ func TestWaitingRidesOutARestart(t *testing.T) {
 		code, out, errOut := runCLI(t, "queuectl", "", "--dsn", db.DSN, "status", "waited", "--watch")
 		watched <- result{code, out, errOut}
 	}()
-	time.Sleep(time.Second) // both have read the process, and hold pooled connections
+	// Both have read the process before the restart, on connections they
+	// keep: a session's last statement is Client.Wait's read of the process,
+	// another's the watch's count of done tasks from Logs.
+	admin := adminPool(t, db)
+	for _, last := range []string{"FROM stageq.processes WHERE name = $1", "FROM stageq.logs l JOIN"} {
+		waitFor(t, time.Minute, "a session whose last statement reads "+last, func() bool {
+			var n int
+			err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, last).Scan(&n)
+			return err == nil && n > 0
+		})
+	}
 	cluster.Restart(t, "fast")
 	cluster.Stop(t, "fast")
 	time.Sleep(time.Second) // refused connections, too

@@ -89,12 +89,16 @@ func ConnLost(err error) bool {
 
 // Unreachable reports whether err is what a restart or an outage of the
 // database looks like to a client: a connection it dropped (ConnLost), or none
-// to be had (ErrConnUnavailable, a refused or failed dial). A client that
-// only reads, waiting for something, may try again.
+// to be had (ErrConnUnavailable, a refused or failed dial, a name that did not
+// resolve, a connection attempt that ran out of time: a server that hangs or a
+// network that drops packets). A client that only reads, waiting for
+// something, may try again; it must ask its own context first, since that
+// ending looks the same.
 func Unreachable(err error) bool {
 	var op *net.OpError
+	var dns *net.DNSError
 	return ConnLost(err) || errors.Is(err, ErrConnUnavailable) || errors.Is(err, syscall.ECONNREFUSED) ||
-		(errors.As(err, &op) && op.Op == "dial")
+		(errors.As(err, &op) && op.Op == "dial") || errors.As(err, &dns) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // RoutineMissing reports whether err says a statement called a routine the

@@ -165,13 +165,21 @@ func (c *Client) Wait(ctx context.Context, process string, interval time.Duratio
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var last dialect.ProcessInfo // the last read, returned when ctx ends
+	unreachable := false         // logged once an outage
 	for {
 		p, settled, err := c.poll(ctx, process)
+		if err == nil && unreachable {
+			unreachable = false
+			c.log.Info().Str("process", process).Msg("wait: the database answers again")
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return last, fmt.Errorf("wait for process %q: %w", process, ctx.Err())
 		case dialect.Unreachable(err):
-			c.log.Warn().Err(err).Str("process", process).Msg("wait: the database is out of reach; waiting on")
+			if !unreachable {
+				unreachable = true
+				c.log.Warn().Err(err).Str("process", process).Msg("wait: the database is out of reach; waiting on")
+			}
 		case err != nil:
 			return p, fmt.Errorf("wait for process %q: %w", process, err)
 		case settled:

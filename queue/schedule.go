@@ -228,7 +228,7 @@ func (s *Schedule) validate() (string, error) {
 	case s.TimeZone != "":
 		return "", fmt.Errorf("%w: time_zone applies to cron expressions only", ErrInvalidSchedule)
 	}
-	if !s.Start.IsZero() && (s.Start.Year() < 1 || !s.Start.Before(farFuture)) {
+	if !s.Start.IsZero() && (s.Start.UTC().Year() < 1 || !s.Start.Before(farFuture)) {
 		return "", fmt.Errorf("%w: start %s: give a time from the year 1 to before %s", ErrInvalidSchedule,
 			s.Start.Format(time.RFC3339), farFuture.Format(time.DateOnly))
 	}

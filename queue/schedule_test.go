@@ -122,6 +122,8 @@ func TestScheduleValidate(t *testing.T) {
 		// before every other time, and no read could parse it.
 		{Name: "x", Every: stages.Duration(time.Hour), Start: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Plan: plan},
 		{Name: "x", Every: stages.Duration(time.Hour), Start: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), Plan: plan},
+		// The year 1 east of UTC is the year 0 there, as the databases store it.
+		{Name: "x", Every: stages.Duration(time.Hour), Start: time.Date(1, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600)), Plan: plan},
 	} {
 		if _, err := s.validate(); !errors.Is(err, ErrInvalidSchedule) {
 			t.Errorf("%+v: err = %v, want ErrInvalidSchedule", s, err)
