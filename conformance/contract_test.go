@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/stages"
 )
 
 // TestDialectContract pins, method by method, what the dialect interfaces
@@ -229,6 +230,17 @@ func contractLimitSet(t *testing.T, db *testDB) {
 	}
 	if err := op.LimitSet(ctx, "process:c-nobody", 2); !errors.Is(err, dialect.ErrNotFound) {
 		t.Errorf("limit of an unknown process: %v; want ErrNotFound", err)
+	}
+	// A kind limit of the longest kind: SQL Server's keys hold it; PostgreSQL's
+	// and SQLite's keep 200 characters, and refuse it saying so, not with
+	// the table's CHECK constraint.
+	longKind := "kind:" + strings.Repeat("k", stages.MaxNameLength)
+	err := op.LimitSet(ctx, longKind, 1)
+	switch {
+	case db.Dialect == "sqlserver" && err != nil:
+		t.Errorf("a limit of a %d-character kind: %v", stages.MaxNameLength, err)
+	case db.Dialect != "sqlserver" && (!errors.Is(err, dialect.ErrInvalid) || !strings.Contains(err.Error(), "kind of at most 195")):
+		t.Errorf("a limit of a %d-character kind: %v; want ErrInvalid naming the longest kind that can have one", stages.MaxNameLength, err)
 	}
 	if err := op.LimitSet(ctx, "c-lim", 3); err != nil {
 		t.Fatal(err)

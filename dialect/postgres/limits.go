@@ -10,6 +10,7 @@ import "github.com/stageq/stageq/dialect/sqlbase"
 
 // limitSQL are the limit statements sqlbase runs (base.go).
 var limitSQL = sqlbase.LimitStatements{
+	MaxKey: 200, // limits.key's CHECK (migration 000001)
 	// In: key, max. The NOTIFY wakes idle workers: a raised limit may admit work.
 	Upsert: `
 WITH up AS (

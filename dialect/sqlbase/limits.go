@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/stageq/stageq/dialect"
 )
@@ -23,6 +24,11 @@ type LimitStatements struct {
 	// (PostgreSQL's pg_notify, delivered at commit). Empty where a commit
 	// wakes workers by itself (SQLite's data_version) or nothing can.
 	Wake string
+	// MaxKey is the longest key, in characters, the limits table keeps: a
+	// kind limit is "kind:" and a kind of up to 200 characters, which a
+	// table of 200-character keys cannot hold for the longest kinds. 0: no
+	// bound beyond dialect.ValidateLimit's.
+	MaxKey int
 }
 
 // Limits live in the limits table (named keys and "kind:KIND") and in a
@@ -37,6 +43,11 @@ func (b *Base) LimitSet(ctx context.Context, key string, max int) error {
 	}
 	if name, ok := strings.CutPrefix(key, dialect.LimitProcessPrefix); ok {
 		return b.ProcessConfigure(ctx, nil, name, dialect.ProcessSettings{MaxParallel: &max})
+	}
+	if n := utf8.RuneCountInString(key); b.Limits.MaxKey > 0 && n > b.Limits.MaxKey {
+		return fmt.Errorf("set limit: %w: limit key %.40q… is %d characters; this database keeps keys of at most %d "+
+			"(a kind limit needs a kind of at most %d)", dialect.ErrInvalid, key, n, b.Limits.MaxKey,
+			b.Limits.MaxKey-len(dialect.LimitKindPrefix))
 	}
 	err := b.onPool(ctx, true, func(ctx context.Context) error {
 		_, err := b.Pool.ExecContext(ctx, b.Limits.Upsert, key, max)

@@ -22,6 +22,7 @@ const (
 
 // limitSQL are the limit statements sqlbase runs (base.go).
 var limitSQL = sqlbase.LimitStatements{
+	MaxKey: 200, // stageq_limits.key's CHECK (migration 000001)
 	Upsert: `
 INSERT INTO stageq_limits (key, max_running) VALUES (?, ?)
 ON CONFLICT (key) DO UPDATE SET max_running = excluded.max_running, updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')`,
