@@ -48,3 +48,42 @@ func TestLongValuesFitTheWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestLiveMarkSaysWhenUpdatesPause: once a form of the page is edited, live
+// updates stop (a half-typed value is never replaced), and the header's mark
+// says "paused" instead of "live". Before, it kept reading "live" over content
+// that no longer changed: limits in use, heartbeats, states frozen.
+func TestLiveMarkSaysWhenUpdatesPause(t *testing.T) {
+	chromiumPath(t)
+	eachDatabase(t, func(t *testing.T, dsn string) {
+		c := queuetest.Client(t, dsn)
+		op, _ := dialect.AsOperator(c.Dialect())
+		if err := op.LimitSet(context.Background(), "erp-api", 3); err != nil {
+			t.Fatal(err)
+		}
+		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0", "--refresh", "200ms")
+		b := newBrowser(t)
+		run(t, b, "open limits", chromedp.Navigate(base+"/limits"), chromedp.WaitVisible(chromedp.CSS(`tr[data-limit="erp-api"]`)))
+		if got := text(t, b, "#live"); !strings.Contains(got, "live") {
+			t.Fatalf("before any edit the mark reads %q, want live", got)
+		}
+		click(t, b, `tr[data-limit="erp-api"] input[name="value"]`)
+		run(t, b, "type a new maximum", chromedp.SendKeys(chromedp.CSS(`tr[data-limit="erp-api"] input[name="value"]`), "5"))
+		// The user looks elsewhere without submitting: the field loses focus.
+		get(t, b, "blur", chromedp.Evaluate[bool](`(document.activeElement.blur(), true)`))
+		before := get(t, b, "read updates", chromedp.Evaluate[int](`+document.body.dataset.updates`))
+		if err := op.LimitSet(context.Background(), "erp-api", 7); err != nil { // a change the page would show
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		after := get(t, b, "read updates", chromedp.Evaluate[int](`+document.body.dataset.updates`))
+		if after != before {
+			t.Errorf("the page was updated after its form was edited (updates %d -> %d)", before, after)
+		}
+		mark := text(t, b, "#live")
+		class := get(t, b, "mark class", chromedp.Evaluate[string](`document.getElementById('live').className`))
+		if !strings.Contains(mark, "paused") || !strings.Contains(class, "paused") {
+			t.Errorf("updates stopped, but the mark reads %q (class %q), want paused", mark, class)
+		}
+	})
+}

@@ -2,7 +2,8 @@
 // the X-Stageq-Partial header and swaps in the new content block, so counts,
 // bars and the timeline move without a reload. It skips a turn while the
 // user types in a form field or the tab is hidden, stops once a form of the
-// page was edited, and never runs on the confirmation page (its refresh is 0).
+// page was edited (its "live" mark then reads "paused"), and never runs on the
+// confirmation page (its refresh is 0).
 (function () {
   var body = document.body;
   var every = parseInt(body.getAttribute('data-refresh') || '0', 10);
@@ -13,8 +14,18 @@
   var last = main.innerHTML;
   // Once the user types into a form of the page, its content stays as it is
   // (a half-typed value is never replaced) until the page is left.
+  // The badge says so: a page that no longer refreshes must not read "live".
   var dirty = false;
-  main.addEventListener('input', function () { dirty = true; });
+  main.addEventListener('input', function () {
+    if (dirty) return;
+    dirty = true;
+    if (live) {
+      live.classList.remove('off');
+      live.classList.add('paused');
+      live.textContent = 'paused';
+      live.title = 'live updates paused: a form on this page was edited; reload the page to resume them';
+    }
+  });
   function editing() {
     var a = document.activeElement;
     return a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
@@ -42,7 +53,7 @@
         body.setAttribute('data-updates', String(parseInt(body.getAttribute('data-updates'), 10) + 1));
         if (live) live.classList.remove('off');
       })
-      .catch(function () { if (live) live.classList.add('off'); })
+      .catch(function () { if (live && !dirty) live.classList.add('off'); })
       .then(function () { clearTimeout(giveUp); busy = false; });
   }
   setInterval(tick, every);
