@@ -1,0 +1,51 @@
+package dashboard_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/queue"
+	"github.com/stageq/stageq/stages"
+)
+
+// TestProcessesPageSaysWhatItHides: the processes page lists open processes
+// (active or failed), as queuectl status does, and says so. Before, it read
+// "Processes that have not succeeded" while a cancelled process, which has
+// not succeeded, was left out; an operator looking for it was told it was not
+// there. ?all=1 shows it.
+func TestProcessesPageSaysWhatItHides(t *testing.T) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
+		ctx := context.Background()
+		one := 1
+		if _, err := c.Submit(ctx, stages.Plan{Process: "called-off", Stages: []stages.Stage{{Order: &one,
+			Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
+			t.Fatal(err)
+		}
+		op, _ := dialect.AsOperator(c.Dialect())
+		if _, _, err := op.ProcessCancel(ctx, "called-off"); err != nil {
+			t.Fatal(err)
+		}
+		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
+		_, open := fetch(t, "GET", base+"/")
+		if strings.Contains(open, `data-process="called-off"`) {
+			t.Fatal("the default list shows the cancelled process: this test assumes it hides it")
+		}
+		if strings.Contains(open, "not succeeded") || !strings.Contains(open, "active or failed") {
+			t.Errorf("the default list hides cancelled processes but does not say so:\n%s", sub(open))
+		}
+		_, all := fetch(t, "GET", base+"/?all=1")
+		if !strings.Contains(all, `data-process="called-off" data-state="cancelled"`) {
+			t.Errorf("?all=1 does not show the cancelled process")
+		}
+	})
+}
+
+// sub is the page's first class="sub" paragraph, for a failure message.
+func sub(page string) string {
+	_, after, _ := strings.Cut(page, `<p class="sub">`)
+	text, _, _ := strings.Cut(after, "</p>")
+	return text
+}
