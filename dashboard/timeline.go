@@ -18,7 +18,7 @@ const (
 	tlHeader  = 22   // height of a stage's header row
 	tlAxis    = 28   // top axis
 	tlMaxRows = 400  // attempts drawn at most
-	tlNotes   = 150  // right margin for the notes after the last bars
+	tlNotes   = 180  // right margin for the notes after the last bars: "discarded by an operator" at 11px monospace
 )
 
 // Timeline is the drawable model of a process's attempts.
