@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -48,4 +49,36 @@ func sub(page string) string {
 	_, after, _ := strings.Cut(page, `<p class="sub">`)
 	text, _, _ := strings.Cut(after, "</p>")
 	return text
+}
+
+// TestNoCancelButtonOnACancelledProcess: a cancelled process has no waiting or
+// failed task left, so cancelling it again is refused (409, "it has no
+// waiting or failed tasks"); its rows on / ?all=1 and its page offer no
+// Cancel. Before, both did, and the confirmed action could only fail.
+func TestNoCancelButtonOnACancelledProcess(t *testing.T) {
+	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
+		ctx := context.Background()
+		one := 1
+		if _, err := c.Submit(ctx, stages.Plan{Process: "called-off", Stages: []stages.Stage{{Order: &one,
+			Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
+			t.Fatal(err)
+		}
+		op, _ := dialect.AsOperator(c.Dialect())
+		if _, _, err := op.ProcessCancel(ctx, "called-off"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := op.ProcessCancel(ctx, "called-off"); !errors.Is(err, dialect.ErrWrongState) {
+			t.Fatalf("cancelling a cancelled process again: %v, want ErrWrongState (this test assumes it is refused)", err)
+		}
+		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
+		for _, path := range []string{"/?all=1", "/process/called-off"} {
+			_, page := fetch(t, "GET", base+path)
+			if !strings.Contains(page, "called-off") {
+				t.Fatalf("%s does not show the process", path)
+			}
+			if strings.Contains(page, `data-action="process-cancel" data-target="called-off"`) {
+				t.Errorf("%s offers to cancel the cancelled process, an action that can only be refused", path)
+			}
+		}
+	})
 }
