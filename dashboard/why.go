@@ -55,7 +55,7 @@ func Explain(w dialect.TaskWait) []Reason {
 		out = append(out, Reason{Code: "lower-stage", Text: text, Tasks: w.Lower})
 	}
 	if w.Paused {
-		out = append(out, Reason{Code: "paused", Text: fmt.Sprintf("Process %s is paused: no task of it starts until `queuectl resume %s`.", t.Process, t.Process)})
+		out = append(out, Reason{Code: "paused", Text: fmt.Sprintf("Process %s is paused: no task of it starts until `queuectl resume %s`.", t.Process, shellArg(t.Process))})
 	}
 	if t.RunAt.After(w.Now) {
 		why := "its run_at"
@@ -72,7 +72,7 @@ func Explain(w dialect.TaskWait) []Reason {
 	for _, l := range w.Limits {
 		switch {
 		case l.Max == 0:
-			out = append(out, Reason{Code: "limit", Text: fmt.Sprintf("Limit %s is 0: its tasks do not start until it is raised (queuectl limit set %s N).", l.Key, l.Key)})
+			out = append(out, Reason{Code: "limit", Text: fmt.Sprintf("Limit %s is 0: its tasks do not start until it is raised (queuectl limit set %s N).", l.Key, shellArg(l.Key))})
 		case l.Running >= l.Max:
 			out = append(out, Reason{Code: "limit", Text: fmt.Sprintf("Limit %s is full: %d of %d slot(s) in use, held by the running task(s) below.", l.Key, l.Running, l.Max), Tasks: l.Holders})
 		}
@@ -121,6 +121,27 @@ func stateSummary(refs []dialect.TaskRef) string {
 	s := strings.Join(parts, ", ")
 	if len(refs) == dialect.WaitListMax {
 		s = "first ones: " + s
+	}
+	return s
+}
+
+// shellArg is s as one argument of a command to paste into a shell: as it is
+// when it holds nothing a shell reads specially, else in single quotes (a
+// process name is whatever its submitter chose: spaces, <, ;, $(…)); after
+// "--" when it would read as a flag.
+func shellArg(s string) string {
+	plain := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._:/@%+=,-", r)) {
+			plain = false
+			break
+		}
+	}
+	if !plain {
+		s = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	if strings.HasPrefix(s, "-") {
+		s = "-- " + s
 	}
 	return s
 }

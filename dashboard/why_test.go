@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bytes"
 	"context"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,47 @@ func TestWhyNamesAbandonedAttempts(t *testing.T) {
 		r := dashboard.Explain(dialect.TaskWait{Task: task})
 		if len(r) != 1 || !strings.HasPrefix(r[0].Text, want) {
 			t.Errorf("Explain(%+v) = %+v; want one reason starting %q", task, r, want)
+		}
+	}
+}
+
+// TestWhyCommandsPasteIntoAShell: the command a reason suggests names its
+// process (or limit) as one shell argument, whatever the name: a shell given
+// the text between the backticks runs queuectl with exactly that name. Before,
+// the name was pasted in bare: "sp ace" became two arguments, and a name such
+// as "x; echo owned" or "<script>…" ran or redirected something else in
+// the operator's shell.
+func TestWhyCommandsPasteIntoAShell(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh on PATH")
+	}
+	for _, name := range []string{"nightly", "sp ace", "x; echo owned", "<script>alert(1)</script>", "it's $(id)", "-v", "a/b", "100%"} {
+		w := dialect.TaskWait{LiveWorkers: 1, LiveSlots: 4, Paused: true}
+		w.Task = dialect.TaskInfo{ID: 9, Process: name, Order: 2, Kind: "sql", State: dialect.StateAvailable}
+		var cmd string
+		for _, r := range dashboard.Explain(w) {
+			if r.Code == "paused" {
+				_, after, _ := strings.Cut(r.Text, "`")
+				cmd, _, _ = strings.Cut(after, "`")
+			}
+		}
+		args, ok := strings.CutPrefix(cmd, "queuectl ")
+		if !ok {
+			t.Fatalf("%q: no queuectl command in the paused reason (%q)", name, cmd)
+		}
+		// The shell's own reading of the arguments, printed one a line.
+		out, err := exec.Command(sh, "-c", `set -- `+args+`; for a in "$@"; do printf '[%s]' "$a"; done`).Output()
+		if err != nil {
+			t.Errorf("%q: the shell cannot read %q: %v", name, cmd, err)
+			continue
+		}
+		want := "[resume][" + name + "]"
+		if strings.HasPrefix(name, "-") {
+			want = "[resume][--][" + name + "]"
+		}
+		if string(out) != want {
+			t.Errorf("%q: a shell reads `%s` as %s, want %s", name, cmd, out, want)
 		}
 	}
 }
