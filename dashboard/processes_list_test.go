@@ -19,16 +19,7 @@ import (
 // there. ?all=1 shows it.
 func TestProcessesPageSaysWhatItHides(t *testing.T) {
 	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
-		ctx := context.Background()
-		one := 1
-		if _, err := c.Submit(ctx, stages.Plan{Process: "called-off", Stages: []stages.Stage{{Order: &one,
-			Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
-			t.Fatal(err)
-		}
-		op, _ := dialect.AsOperator(c.Dialect())
-		if _, _, err := op.ProcessCancel(ctx, "called-off"); err != nil {
-			t.Fatal(err)
-		}
+		cancelledProcess(t, c, "called-off")
 		base, _ := serve(t, dsn, "--addr", "127.0.0.1:0")
 		_, open := fetch(t, "GET", base+"/")
 		if strings.Contains(open, `data-process="called-off"`) {
@@ -58,15 +49,7 @@ func sub(page string) string {
 func TestNoCancelButtonOnACancelledProcess(t *testing.T) {
 	eachQueue(t, func(t *testing.T, dsn string, c *queue.Client) {
 		ctx := context.Background()
-		one := 1
-		if _, err := c.Submit(ctx, stages.Plan{Process: "called-off", Stages: []stages.Stage{{Order: &one,
-			Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
-			t.Fatal(err)
-		}
-		op, _ := dialect.AsOperator(c.Dialect())
-		if _, _, err := op.ProcessCancel(ctx, "called-off"); err != nil {
-			t.Fatal(err)
-		}
+		op := cancelledProcess(t, c, "called-off")
 		if _, _, err := op.ProcessCancel(ctx, "called-off"); !errors.Is(err, dialect.ErrWrongState) {
 			t.Fatalf("cancelling a cancelled process again: %v, want ErrWrongState (this test assumes it is refused)", err)
 		}
@@ -81,4 +64,24 @@ func TestNoCancelButtonOnACancelledProcess(t *testing.T) {
 			}
 		}
 	})
+}
+
+// cancelledProcess submits a process with one task due in an hour and cancels
+// it, and returns the operator it cancelled it with.
+func cancelledProcess(t *testing.T, c *queue.Client, name string) dialect.Operator {
+	t.Helper()
+	ctx := context.Background()
+	one := 1
+	if _, err := c.Submit(ctx, stages.Plan{Process: name, Stages: []stages.Stage{{Order: &one,
+		Tasks: []stages.Task{{Body: "SELECT 1", RunAt: time.Now().Add(time.Hour)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	op, err := dialect.AsOperator(c.Dialect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := op.ProcessCancel(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	return op
 }
