@@ -2,7 +2,6 @@ package queue
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,10 +54,14 @@ func ValidatePlan(p stages.Plan) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	// Resolve gives each task its kind (the plan's default, else sql), stage by
+	// stage in the plan's order; k follows it.
+	resolved, k := p.Resolve().Tasks, 0
 	for i, s := range p.Stages {
-		for j, t := range s.Tasks {
-			kind := cmp.Or(t.Kind, p.Defaults.Kind)
-			if kind != KindExec {
+		for j := range s.Tasks {
+			t := resolved[k]
+			k++
+			if t.Kind != KindExec {
 				continue
 			}
 			if _, err := execArgs(t.Body); err != nil {

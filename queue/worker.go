@@ -393,7 +393,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	unwatch()
 	w.stopBuffer() // also when the claim loop ended without ctx (ExitWhenIdle)
-	ended := w.shutdown(&tasks, cancelTasks)
+	ended, left := w.shutdown(&tasks, cancelTasks)
 	// What records the tasks' ends stops once they have all ended: at once,
 	// or, for tasks shutdown left running, whenever the last of them does.
 	wrapUp := func() {
@@ -409,13 +409,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		close(w.wrappedUp)
 	}
-	select {
-	case <-ended:
+	if left == 0 {
 		wrapUp()
-	default:
+	} else {
 		err = errors.Join(err, fmt.Errorf("worker: %d task(s) whose bodies still ran %s after their cancel were left to lapse: "+
 			"their leases are no longer extended, and another worker's rescue runs them again once they expire "+
-			"(a Handler that ignores its context?)", w.executingCount(), w.cfg.Lease))
+			"(a Handler that ignores its context?)", left, w.cfg.Lease))
 		go func() { <-ended; wrapUp() }()
 	}
 	background.stop()
@@ -432,6 +431,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // task, and wait (backing off while the queue is empty) when there is nothing
 // to claim or no capacity to claim with.
 func (w *Worker) claimLoop(ctx context.Context) error {
+	// How long a claim in flight at shutdown gets (see the claim below).
+	cut := max(min(w.cfg.ShutdownGrace, claimAfterShutdown), claimAfterShutdownMin)
 	poll := w.cfg.PollMin
 	lastWork := time.Now()
 	// backlog: the last claim got all it asked for, so more tasks are likely
@@ -458,7 +459,6 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			cctx, cancel := w.stmtCtx(context.WithoutCancel(ctx))
 			sent, _ := bootClock()
 			holding, held := w.writeHolds()
-			cut := max(min(w.cfg.ShutdownGrace, claimAfterShutdown), claimAfterShutdownMin)
 			stop := context.AfterFunc(ctx, func() { time.AfterFunc(cut, cancel) })
 			got, err := w.d.TaskClaim(cctx, dialect.ClaimParams{
 				WorkerID: w.cfg.ID, Max: free, Token: newToken(), Lease: w.cfg.Lease, Kinds: w.kinds,
@@ -613,8 +613,8 @@ func (w *Worker) heldCount() int {
 // must not wait for one for ever (Run then leaves it to lapse). Bodies that have
 // ended are waited for until their ends are recorded, however long the database
 // makes that take: the statement timeout bounds it. The channel it returns
-// closes when the last task has ended.
-func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) <-chan struct{} {
+// closes when the last task has ended; left is how many bodies it left running.
+func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCauseFunc) (ended <-chan struct{}, left int) {
 	done := make(chan struct{})
 	go func() { tasks.Wait(); close(done) }()
 	if n := w.heldCount(); n > 0 {
@@ -622,7 +622,7 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 	}
 	select {
 	case <-done:
-		return done
+		return done, 0
 	case <-time.After(w.cfg.ShutdownGrace):
 		w.log.Warn().Int("running", w.heldCount()).Msg("grace period over; releasing running tasks")
 	case <-w.graceEnded:
@@ -635,11 +635,11 @@ func (w *Worker) shutdown(tasks *sync.WaitGroup, cancelTasks context.CancelCause
 		if n := w.executingCount(); n > 0 {
 			w.log.Error().Int("running", n).Dur("after", w.cfg.Lease).
 				Msg("task bodies still running after their cancel: leaving them to lapse (a Handler that ignores its context?)")
-			return done
+			return done, n
 		}
 		<-done // every body has ended: their ends are being recorded
 	}
-	return done
+	return done, 0
 }
 
 // EndGrace ends the shutdown's grace period at once, or makes it none if the

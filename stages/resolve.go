@@ -29,7 +29,8 @@ type Resolved struct {
 	LimitKey string
 }
 
-// Resolve flattens a validated plan into its submission.
+// Resolve flattens a validated plan into its submission: its tasks stage by
+// stage, in the order of the plan (callers match them back by position).
 func (p Plan) Resolve() Submission {
 	out := Submission{Process: p.ProcessName()}
 	if p.Priority != nil || p.Weight != nil || p.MaxParallel != nil {
