@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {10, "f34409960ca6f4cda0b48bfc2754c730ba84db0984f30c9e9302cadc819f35d6"},
+	"postgres":  {11, "cb276cca3124cb4754d0a9f72eb3107ad2a9fa4b84cc189e869ff51f3e8732cf"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

@@ -57,3 +57,13 @@ SELECT p.id, 200, 'SELECT 1', 'blocked' FROM stageq.processes p, generate_series
  WHERE p.name = 'huge'`)
 	benchClaims(b, d)
 }
+
+// BenchmarkClaimUnderALimit: the gated claim (claim_gated), each task under
+// a limit key and its kind under a kind limit, neither full.
+func BenchmarkClaimUnderALimit(b *testing.B) {
+	d := migratedDB(b)
+	addRunnable(b, d, 10, 20)
+	execSQL(b, d, `UPDATE stageq.tasks SET limit_key = 'L'`)
+	execSQL(b, d, `INSERT INTO stageq.limits (key, max_running) VALUES ('L', 1000), ('kind:sql', 1000)`)
+	benchClaims(b, d)
+}

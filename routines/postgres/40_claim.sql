@@ -1,36 +1,96 @@
 -- The claim: up to p_max available tasks, skip-locked, in fairness order,
--- admitted under every concurrency limit (limit_admits); claim_gated is the
+-- admitted under every concurrency limit (limit_room); claim_gated is the
 -- path taken when a limit or a process cap applies.
 
-CREATE OR REPLACE FUNCTION stageq_routines.limit_admits(p_key text, p_kind text)
- RETURNS boolean
+-- limit_lock locks the row of limit p_limit for this claim and returns its
+-- max_running: NULL when there is no such limit (or it was deleted while the
+-- claim waited), -1 when another transaction holds the row. Claims hold a
+-- limit row while they count its running tasks, for the few milliseconds of
+-- the claim. Workers woken together by one submission all reach it at once,
+-- and a claim that read past the held row took its tasks for full: it
+-- claimed none and its worker slept a whole poll (4.8 s to start 6 tasks
+-- under a limit, seen with a 20 s poll-max). So a claim that holds no limit
+-- row yet waits its turn (p_wait), for 100 ms at most: then nothing it holds
+-- is a row another claim waits for (every other lock a claim takes skips
+-- what is locked), so two claims never wait for each other; the bound keeps
+-- a transaction that holds the row for long (an operator's, by hand) from
+-- stopping other work. Only the claim's own limits wait, never a limit row
+-- a second limit of the same task would need.
+CREATE OR REPLACE FUNCTION stageq_routines.limit_lock(p_limit text, p_wait boolean)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_max int;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
+        RETURN NULL;
+    END IF;
+    SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN v_max;
+    END IF;
+    IF NOT p_wait THEN
+        RETURN -1;
+    END IF;
+    BEGIN
+        RETURN stageq_routines.limit_wait(p_limit);
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        RETURN -1;
+    END;
+END $function$;
+
+CREATE OR REPLACE FUNCTION stageq_routines.limit_wait(p_limit text)
+ RETURNS integer
+ LANGUAGE sql
+ SET lock_timeout TO '100ms'
+AS $function$
+    SELECT max_running FROM stageq.limits WHERE key = p_limit FOR UPDATE
+$function$;
+
+-- limit_room says whether a task with limit key p_key (NULL: none) of kind
+-- p_kind may start: 'admits', or which limit stops it: 'key full' or 'kind
+-- full' (every slot in use), 'key busy' or 'kind busy' (another transaction
+-- held the limit's row past the wait). p_wait: this claim holds no limit row
+-- yet (limit_lock). holds: it holds one now, whatever the verdict.
+CREATE OR REPLACE FUNCTION stageq_routines.limit_room(p_key text, p_kind text, p_wait boolean,
+                                                      OUT verdict text, OUT holds boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     v_max int;
     v_n   int;
 BEGIN
-    IF p_key IS NOT NULL AND EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_key) THEN
-        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_key FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            RETURN false;
+    holds := NOT p_wait;
+    IF p_key IS NOT NULL THEN
+        v_max := stageq_routines.limit_lock(p_key, NOT holds);
+        IF v_max = -1 THEN
+            verdict := 'key busy';
+            RETURN;
         END IF;
-        SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
-        IF v_n >= v_max THEN
-            RETURN false;
+        IF v_max IS NOT NULL THEN
+            holds := true;
+            SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
+            IF v_n >= v_max THEN
+                verdict := 'key full';
+                RETURN;
+            END IF;
         END IF;
     END IF;
-    IF EXISTS (SELECT 1 FROM stageq.limits WHERE key = 'kind:' || p_kind) THEN
-        SELECT max_running INTO v_max FROM stageq.limits WHERE key = 'kind:' || p_kind FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            RETURN false;
-        END IF;
+    v_max := stageq_routines.limit_lock('kind:' || p_kind, NOT holds);
+    IF v_max = -1 THEN
+        verdict := 'kind busy';
+        RETURN;
+    END IF;
+    IF v_max IS NOT NULL THEN
+        holds := true;
         SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
         IF v_n >= v_max THEN
-            RETURN false;
+            verdict := 'kind full';
+            RETURN;
         END IF;
     END IF;
-    RETURN true;
+    verdict := 'admits';
 END $function$;
 
 CREATE OR REPLACE FUNCTION stageq_routines.claim_gated(p_max integer, p_worker text, p_token bigint, p_expires timestamp with time zone, p_kinds text[])
@@ -49,6 +109,9 @@ DECLARE
     v_fullk     text[] := '{}';   -- limit keys found full
     v_fullkind  text[] := '{}';   -- kinds found full
     v_ok        boolean;
+    v_bump      boolean;  -- a task passed over moves back in the fairness order
+    v_verdict   text;     -- limit_room's
+    v_holds     boolean := false; -- this claim holds a limit row
     v_busy      boolean;
     v_seen      int;
     v_running   int;
@@ -81,6 +144,7 @@ BEGIN
                 CONTINUE;
             END IF;
             v_ok := true;
+            v_bump := true;
             IF v_cand.max_parallel IS NOT NULL THEN
                 PERFORM 1 FROM stageq.processes WHERE id = v_cand.process_id FOR UPDATE SKIP LOCKED;
                 IF FOUND THEN
@@ -94,13 +158,18 @@ BEGIN
                     v_fullp := v_fullp || v_cand.process_id;
                 END IF;
             END IF;
-            IF v_ok AND NOT stageq_routines.limit_admits(v_cand.limit_key, v_cand.kind) THEN
-                v_ok := false;
-                IF v_cand.limit_key IS NOT NULL AND NOT stageq_routines.limit_admits(v_cand.limit_key, NULL) THEN
+            IF v_ok THEN
+                SELECT r.verdict, r.holds INTO v_verdict, v_holds
+                  FROM stageq_routines.limit_room(v_cand.limit_key, v_cand.kind, NOT v_holds) r;
+                v_ok := v_verdict = 'admits';
+                IF v_verdict LIKE 'key %' THEN
                     v_fullk := v_fullk || v_cand.limit_key;
-                ELSE
+                ELSIF v_verdict LIKE 'kind %' THEN
                     v_fullkind := v_fullkind || v_cand.kind;
                 END IF;
+                -- A busy limit says nothing of its tasks: they keep their
+                -- place in the fairness order, and this claim passes them by.
+                v_bump := v_verdict NOT LIKE '% busy';
             END IF;
             IF v_ok THEN
                 UPDATE stageq.tasks t
@@ -114,7 +183,7 @@ BEGIN
                 RETURN NEXT v_out;
                 v_got := v_got + 1;
                 EXIT WHEN v_got >= p_max;
-            ELSE
+            ELSIF v_bump THEN
                 UPDATE stageq.tasks
                    SET vtime = greatest(vtime, stageq_routines.vnow(v_cand.priority) + 1000000 / v_cand.weight)
                  WHERE id = v_cand.id;
