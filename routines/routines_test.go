@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "cb276cca3124cb4754d0a9f72eb3107ad2a9fa4b84cc189e869ff51f3e8732cf"},
+	"postgres":  {11, "c7cb5f959ea88cfac855a852d02f63e0c2c8b15f2a1898e58182ad222b41e5eb"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

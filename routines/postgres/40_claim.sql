@@ -2,42 +2,54 @@
 -- admitted under every concurrency limit (limit_room); claim_gated is the
 -- path taken when a limit or a process cap applies.
 
--- limit_lock locks the row of limit p_limit for this claim and returns its
--- max_running: NULL when there is no such limit (or it was deleted while the
--- claim waited), -1 when another transaction holds the row. Claims hold a
--- limit row while they count its running tasks, for the few milliseconds of
--- the claim. Workers woken together by one submission all reach it at once,
--- and a claim that read past the held row took its tasks for full: it
--- claimed none and its worker slept a whole poll (4.8 s to start 6 tasks
--- under a limit, seen with a 20 s poll-max). So a claim that holds no limit
--- row yet waits its turn (p_wait), for 100 ms at most: then nothing it holds
--- is a row another claim waits for (every other lock a claim takes skips
--- what is locked), so two claims never wait for each other; the bound keeps
--- a transaction that holds the row for long (an operator's, by hand) from
--- stopping other work. Only the claim's own limits wait, never a limit row
--- a second limit of the same task would need.
-CREATE OR REPLACE FUNCTION stageq_routines.limit_lock(p_limit text, p_wait boolean)
- RETURNS integer
+-- limit_check says whether limit p_limit (a key of stageq.limits) has a
+-- slot for one more task: 'admits', 'full', 'none' (no such limit, or it was
+-- deleted while the claim waited) or 'busy' (another transaction holds its
+-- row). Its slots in use are the running tasks of limit key p_key, or, when
+-- p_key is NULL, of kind p_kind, counted under the row's lock, which the
+-- claim keeps until it commits.
+--
+-- Claims hold a limit row while they count, for the few milliseconds of the
+-- claim. Workers woken together by one submission all reach it at once, and
+-- a claim that read past the held row took its tasks for full: it claimed
+-- none and its worker slept a whole poll (8 s to start 6 tasks under a
+-- limit of 6 with three workers of two slots, seen with a 20 s poll-max). So
+-- a claim that holds no limit row yet waits its turn (p_wait), for 100 ms at
+-- most: then nothing it holds is a row another claim waits for (every other
+-- lock a claim takes skips what is locked), so two claims never wait for
+-- each other, and the bound keeps a transaction that holds the row for long
+-- (an operator's, by hand) from stopping other work.
+CREATE OR REPLACE FUNCTION stageq_routines.limit_check(p_limit text, p_key text, p_kind text, p_wait boolean)
+ RETURNS text
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     v_max int;
+    v_n   int;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
-        RETURN NULL;
+        RETURN 'none';
     END IF;
     SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        RETURN v_max;
+    IF NOT FOUND THEN
+        IF NOT p_wait THEN
+            RETURN 'busy';
+        END IF;
+        BEGIN
+            v_max := stageq_routines.limit_wait(p_limit);
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            RETURN 'busy';
+        END;
+        IF v_max IS NULL THEN
+            RETURN 'none';
+        END IF;
     END IF;
-    IF NOT p_wait THEN
-        RETURN -1;
+    IF p_key IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
+    ELSE
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
     END IF;
-    BEGIN
-        RETURN stageq_routines.limit_wait(p_limit);
-    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-        RETURN -1;
-    END;
+    RETURN CASE WHEN v_n < v_max THEN 'admits' ELSE 'full' END;
 END $function$;
 
 CREATE OR REPLACE FUNCTION stageq_routines.limit_wait(p_limit text)
@@ -49,47 +61,29 @@ AS $function$
 $function$;
 
 -- limit_room says whether a task with limit key p_key (NULL: none) of kind
--- p_kind may start: 'admits', or which limit stops it: 'key full' or 'kind
--- full' (every slot in use), 'key busy' or 'kind busy' (another transaction
--- held the limit's row past the wait). p_wait: this claim holds no limit row
--- yet (limit_lock). holds: it holds one now, whatever the verdict.
+-- p_kind may start: 'admits', or which limit stops it and why: 'key full',
+-- 'key busy', 'kind full', 'kind busy' (limit_check). p_wait: this claim
+-- holds no limit row yet. holds: it holds one now, whatever the verdict.
 CREATE OR REPLACE FUNCTION stageq_routines.limit_room(p_key text, p_kind text, p_wait boolean,
                                                       OUT verdict text, OUT holds boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    v_max int;
-    v_n   int;
+    v_which text;
+    v_check text;
 BEGIN
     holds := NOT p_wait;
-    IF p_key IS NOT NULL THEN
-        v_max := stageq_routines.limit_lock(p_key, NOT holds);
-        IF v_max = -1 THEN
-            verdict := 'key busy';
+    FOREACH v_which IN ARRAY ARRAY['key', 'kind'] LOOP
+        CONTINUE WHEN v_which = 'key' AND p_key IS NULL;
+        v_check := CASE v_which
+            WHEN 'key' THEN stageq_routines.limit_check(p_key, p_key, NULL, NOT holds)
+            ELSE stageq_routines.limit_check('kind:' || p_kind, NULL, p_kind, NOT holds) END;
+        holds := holds OR v_check IN ('admits', 'full');
+        IF v_check IN ('busy', 'full') THEN
+            verdict := v_which || ' ' || v_check;
             RETURN;
         END IF;
-        IF v_max IS NOT NULL THEN
-            holds := true;
-            SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
-            IF v_n >= v_max THEN
-                verdict := 'key full';
-                RETURN;
-            END IF;
-        END IF;
-    END IF;
-    v_max := stageq_routines.limit_lock('kind:' || p_kind, NOT holds);
-    IF v_max = -1 THEN
-        verdict := 'kind busy';
-        RETURN;
-    END IF;
-    IF v_max IS NOT NULL THEN
-        holds := true;
-        SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
-        IF v_n >= v_max THEN
-            verdict := 'kind full';
-            RETURN;
-        END IF;
-    END IF;
+    END LOOP;
     verdict := 'admits';
 END $function$;
 
