@@ -138,7 +138,7 @@ func TestFinishAndRescueRace(t *testing.T) {
 // TestLimitChangeDuringClaim: a limit is lowered (3 to 1) by a transaction
 // still open when a worker claims. The claim waits for it and then admits
 // under the new value, one task, not three: on PostgreSQL a claim that holds
-// no limit row yet waits for a limit's row (stageq.limit_lock), as it must
+// no limit row yet waits for a limit's row (stageq.slot_check), as it must
 // when the holder is another claim of workers woken together; SQLite has one
 // writer, so there the claim runs after the change commits. On PostgreSQL the
 // wait is bounded: a row held past it is passed by, and the claim takes none
@@ -187,7 +187,7 @@ func TestLimitChangeDuringClaim(t *testing.T) {
 			}
 			// The bound is 100 ms; the interleaving below needs the claim to
 			// be seen waiting before the change commits.
-			db.exec(t, `ALTER FUNCTION `+db.routine("limit_wait")+`(text) SET lock_timeout TO '60s'`)
+			db.exec(t, `ALTER FUNCTION `+db.routine("slot_wait")+`(bigint, text) SET lock_timeout TO '60s'`)
 		}
 		tx := hold()
 		got := make(chan int, 1)

@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "c7cb5f959ea88cfac855a852d02f63e0c2c8b15f2a1898e58182ad222b41e5eb"},
+	"postgres":  {11, "e7fe0be36bc995f6df5c33fcdd72f03a4ae87cc9b6a44ce9cb5f45c2f904b69e"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

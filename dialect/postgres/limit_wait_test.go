@@ -2,14 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/stageq/stageq/dialect"
 )
 
-// Claims under a limit wait for each other (routines version 11,
-// stageq.limit_lock). Before, a claim that found a limit's row held by
+// Claims under a limit or a process's max_parallel wait for each other
+// (routines version 11, stageq.slot_check). Before, a claim that found a limit's row held by
 // another claim took the limit for full and claimed none of its tasks: of
 // workers woken together by one submission, one got tasks and the others
 // slept a whole poll (three workers of two slots under a limit of 6 took
@@ -21,11 +22,18 @@ func limitTasks(t *testing.T, d dialect.Dialect, key string, n, max int) {
 	t.Helper()
 	execSQL(t, d, `INSERT INTO stageq.limits (key, max_running) VALUES ($1, $2)
 ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running`, key, max)
+	submitTasks(t, d, nil, key, n, key)
+}
+
+// submitTasks submits n tasks of kind "k"+process to process, in tx (nil:
+// its own), under limit key (may be "").
+func submitTasks(t *testing.T, d dialect.Dialect, tx *sql.Tx, process string, n int, key string) {
+	t.Helper()
 	tasks := make([]dialect.NewTask, n)
 	for i := range tasks {
-		tasks[i] = dialect.NewTask{Order: 1, Kind: "k" + key, Body: "{}", MaxAttempts: 1, LimitKey: key}
+		tasks[i] = dialect.NewTask{Order: 1, Kind: "k" + process, Body: "{}", MaxAttempts: 1, LimitKey: key}
 	}
-	if _, err := d.Submit(context.Background(), nil, dialect.SubmitParams{Process: key, Tasks: tasks}); err != nil {
+	if _, err := d.Submit(context.Background(), tx, dialect.SubmitParams{Process: process, Tasks: tasks}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -55,10 +63,11 @@ func holdClaim(t *testing.T, d dialect.Dialect, max int, kind string) (commit fu
 	}
 }
 
-// waitLonger raises the claim's 100 ms bound on a limit wait, so that a test
-// sees the claim waiting before it lets the holder commit.
+// waitLonger raises the claim's 100 ms bound on a wait for a limit's or a
+// capped process's row, so that a test sees the claim waiting before it lets
+// the holder commit.
 func waitLonger(t *testing.T, d dialect.Dialect) {
-	execSQL(t, d, `ALTER FUNCTION `+d.Schema().Routines.Namespace()+`.limit_wait(text) SET lock_timeout TO '60s'`)
+	execSQL(t, d, `ALTER FUNCTION `+d.Schema().Routines.Namespace()+`.slot_wait(bigint, text) SET lock_timeout TO '60s'`)
 }
 
 func claimIn(ctx context.Context, d dialect.Dialect, worker string, max int) <-chan []dialect.ClaimedTask {
@@ -87,25 +96,34 @@ func waitingOnALock(t *testing.T, d dialect.Dialect) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no claim waits for the held limit")
+			t.Fatal("no claim waits for the held row")
 		}
 	}
 }
 
-// TestClaimWaitsForAClaimUnderTheSameLimit: a claim holds limit L's row with
-// 2 of its 4 slots taken when a second claim asks for 4 tasks. The second
-// waits, and once the first commits it counts the first's tasks and takes
-// the 2 slots left.
+// TestClaimWaitsForAClaimUnderTheSameLimit: a claim holds the row of limit
+// L, or of process C capped at 4, with 2 of its 4 slots taken when a second
+// claim asks for 4 tasks. The second waits, and once the first commits it
+// counts the first's tasks and takes the 2 slots left.
 func TestClaimWaitsForAClaimUnderTheSameLimit(t *testing.T) {
-	d := migratedDB(t)
-	limitTasks(t, d, "L", 6, 4)
-	waitLonger(t, d)
-	commit := holdClaim(t, d, 2, "kL")
-	second := claimIn(context.Background(), d, "second", 4)
-	waitingOnALock(t, d)
-	commit()
-	if got := <-second; len(got) != 2 {
-		t.Fatalf("second claim: %d tasks; want the 2 slots the first left", len(got))
+	for _, limit := range []string{"limit key", "max_parallel"} {
+		t.Run(limit, func(t *testing.T) {
+			d := migratedDB(t)
+			if limit == "limit key" {
+				limitTasks(t, d, "C", 6, 4)
+			} else {
+				submitTasks(t, d, nil, "C", 6, "")
+				execSQL(t, d, `UPDATE stageq.processes SET max_parallel = 4 WHERE name = 'C'`)
+			}
+			waitLonger(t, d)
+			commit := holdClaim(t, d, 2, "kC")
+			second := claimIn(context.Background(), d, "second", 4)
+			waitingOnALock(t, d)
+			commit()
+			if got := <-second; len(got) != 2 {
+				t.Fatalf("second claim: %d tasks; want the 2 slots the first left", len(got))
+			}
+		})
 	}
 }
 
@@ -124,5 +142,45 @@ func TestClaimHoldingALimitDoesNotWait(t *testing.T) {
 	got := <-claimIn(context.Background(), d, "second", 10)
 	if len(got) != 1 || got[0].Kind != "kB" {
 		t.Fatalf("second claim: %+v; want the task under B alone, at once", got)
+	}
+}
+
+// TestClaimPassesByACappedProcessASubmissionHolds: an application's
+// submission into capped process C is open, holding C's row, past the
+// claim's 100 ms bound. The claim takes another process's task and none of
+// C's, and C's tasks keep their place in the fairness order (a full cap
+// would move them back); once the submission commits, they are claimed.
+func TestClaimPassesByACappedProcessASubmissionHolds(t *testing.T) {
+	d := migratedDB(t)
+	ctx := context.Background()
+	submitTasks(t, d, nil, "C", 2, "")
+	execSQL(t, d, `UPDATE stageq.processes SET max_parallel = 2 WHERE name = 'C'`)
+	submitTasks(t, d, nil, "other", 1, "")
+	vtimes := func() (v string) {
+		if err := d.DB().QueryRowContext(ctx, `SELECT array_agg(t.vtime ORDER BY t.id)::text FROM stageq.tasks t
+  JOIN stageq.processes p ON p.id = t.process_id WHERE p.name = 'C' AND t.state = 'available'`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := vtimes()
+	tx, err := d.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	submitTasks(t, d, tx, "C", 1, "")
+	got := <-claimIn(ctx, d, "w", 10)
+	if len(got) != 1 || got[0].Process != "other" {
+		t.Fatalf("claim while C's submission is open: %+v; want the task of process other alone", got)
+	}
+	if after := vtimes(); after != before {
+		t.Fatalf("C's tasks' virtual times moved from %v to %v: a held row is not a full cap", before, after)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-claimIn(ctx, d, "w", 10); len(got) != 2 {
+		t.Fatalf("claim after the submission committed: %d tasks; want C's 2 (its cap)", len(got))
 	}
 }

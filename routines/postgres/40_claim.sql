@@ -2,24 +2,28 @@
 -- admitted under every concurrency limit (limit_room); claim_gated is the
 -- path taken when a limit or a process cap applies.
 
--- limit_check says whether limit p_limit (a key of stageq.limits) has a
--- slot for one more task: 'admits', 'full', 'none' (no such limit, or it was
--- deleted while the claim waited) or 'busy' (another transaction holds its
--- row). Its slots in use are the running tasks of limit key p_key, or, when
--- p_key is NULL, of kind p_kind, counted under the row's lock, which the
--- claim keeps until it commits.
+-- slot_check says whether one more task may run under a limit: 'admits',
+-- 'full', 'none' (no such limit, or it was removed while the claim waited)
+-- or 'busy' (another transaction holds the limit's row). The limit is
+-- process p_process's max_parallel (its row is the lock) when p_process is
+-- set, else limit p_limit of stageq.limits; its slots in use are the running
+-- tasks of that process, of limit key p_key, or, p_key NULL, of kind p_kind,
+-- counted under the row's lock, which the claim keeps until it commits.
 --
--- Claims hold a limit row while they count, for the few milliseconds of the
+-- Claims hold such a row while they count, for the few milliseconds of the
 -- claim. Workers woken together by one submission all reach it at once, and
 -- a claim that read past the held row took its tasks for full: it claimed
--- none and its worker slept a whole poll (8 s to start 6 tasks under a
--- limit of 6 with three workers of two slots, seen with a 20 s poll-max). So
--- a claim that holds no limit row yet waits its turn (p_wait), for 100 ms at
--- most: then nothing it holds is a row another claim waits for (every other
--- lock a claim takes skips what is locked), so two claims never wait for
--- each other, and the bound keeps a transaction that holds the row for long
--- (an operator's, by hand) from stopping other work.
-CREATE OR REPLACE FUNCTION stageq_routines.limit_check(p_limit text, p_key text, p_kind text, p_wait boolean)
+-- none and its worker slept a whole poll (8 s to start 6 tasks under a limit
+-- of 6, or of a process capped at 6, with three workers of two slots and a
+-- 20 s poll-max). So a claim that holds no such row yet waits its turn
+-- (p_wait), for 100 ms at most. A claim waits only then, and every other
+-- lock a claim takes skips what is locked, so two claims never wait for each
+-- other. The bound keeps a transaction that holds the row for long (an
+-- operator's, by hand; an application's submission into a capped process)
+-- from stopping other work, and ends the one cycle left: a submission that
+-- changes a process's priority rewrites its tasks, one of which the waiting
+-- claim may hold.
+CREATE OR REPLACE FUNCTION stageq_routines.slot_check(p_process bigint, p_limit text, p_key text, p_kind text, p_wait boolean)
  RETURNS text
  LANGUAGE plpgsql
 AS $function$
@@ -27,24 +31,29 @@ DECLARE
     v_max int;
     v_n   int;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
+    IF p_process IS NOT NULL THEN
+        SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process FOR UPDATE SKIP LOCKED;
+    ELSIF EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
+    ELSE
         RETURN 'none';
     END IF;
-    SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         IF NOT p_wait THEN
             RETURN 'busy';
         END IF;
         BEGIN
-            v_max := stageq_routines.limit_wait(p_limit);
+            v_max := stageq_routines.slot_wait(p_process, p_limit);
         EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
             RETURN 'busy';
         END;
-        IF v_max IS NULL THEN
-            RETURN 'none';
-        END IF;
     END IF;
-    IF p_key IS NOT NULL THEN
+    IF v_max IS NULL THEN
+        RETURN 'none';
+    END IF;
+    IF p_process IS NOT NULL THEN
+        SELECT count(*) INTO v_n FROM stageq.tasks WHERE process_id = p_process AND state = 'running';
+    ELSIF p_key IS NOT NULL THEN
         SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
     ELSE
         SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
@@ -52,17 +61,26 @@ BEGIN
     RETURN CASE WHEN v_n < v_max THEN 'admits' ELSE 'full' END;
 END $function$;
 
-CREATE OR REPLACE FUNCTION stageq_routines.limit_wait(p_limit text)
+-- slot_wait waits for slot_check's row and returns its limit.
+CREATE OR REPLACE FUNCTION stageq_routines.slot_wait(p_process bigint, p_limit text)
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET lock_timeout TO '100ms'
 AS $function$
-    SELECT max_running FROM stageq.limits WHERE key = p_limit FOR UPDATE
-$function$;
+DECLARE
+    v_max int;
+BEGIN
+    IF p_process IS NOT NULL THEN
+        SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process FOR UPDATE;
+    ELSE
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE;
+    END IF;
+    RETURN v_max;
+END $function$;
 
 -- limit_room says whether a task with limit key p_key (NULL: none) of kind
 -- p_kind may start: 'admits', or which limit stops it and why: 'key full',
--- 'key busy', 'kind full', 'kind busy' (limit_check). p_wait: this claim
+-- 'key busy', 'kind full', 'kind busy' (slot_check). p_wait: this claim
 -- holds no limit row yet. holds: it holds one now, whatever the verdict.
 CREATE OR REPLACE FUNCTION stageq_routines.limit_room(p_key text, p_kind text, p_wait boolean,
                                                       OUT verdict text, OUT holds boolean)
@@ -76,8 +94,8 @@ BEGIN
     FOREACH v_which IN ARRAY ARRAY['key', 'kind'] LOOP
         CONTINUE WHEN v_which = 'key' AND p_key IS NULL;
         v_check := CASE v_which
-            WHEN 'key' THEN stageq_routines.limit_check(p_key, p_key, NULL, NOT holds)
-            ELSE stageq_routines.limit_check('kind:' || p_kind, NULL, p_kind, NOT holds) END;
+            WHEN 'key' THEN stageq_routines.slot_check(NULL, p_key, p_key, NULL, NOT holds)
+            ELSE stageq_routines.slot_check(NULL, 'kind:' || p_kind, NULL, p_kind, NOT holds) END;
         holds := holds OR v_check IN ('admits', 'full');
         IF v_check IN ('busy', 'full') THEN
             verdict := v_which || ' ' || v_check;
@@ -99,16 +117,15 @@ DECLARE
     v_cand      record;
     v_task      stageq.tasks;
     v_out       stageq_routines.claimed;
-    v_fullp     bigint[] := '{}'; -- capped processes found full
-    v_fullk     text[] := '{}';   -- limit keys found full
-    v_fullkind  text[] := '{}';   -- kinds found full
+    v_fullp     bigint[] := '{}'; -- capped processes found full or busy
+    v_fullk     text[] := '{}';   -- limit keys found full or busy
+    v_fullkind  text[] := '{}';   -- kinds found full or busy
     v_ok        boolean;
     v_bump      boolean;  -- a task passed over moves back in the fairness order
-    v_verdict   text;     -- limit_room's
-    v_holds     boolean := false; -- this claim holds a limit row
+    v_verdict   text;     -- slot_check's or limit_room's
+    v_holds     boolean := false; -- this claim holds a limit's or a capped process's row
     v_busy      boolean;
     v_seen      int;
-    v_running   int;
 BEGIN
     LOOP
         SELECT t.process_priority INTO v_top FROM stageq.tasks t
@@ -140,15 +157,11 @@ BEGIN
             v_ok := true;
             v_bump := true;
             IF v_cand.max_parallel IS NOT NULL THEN
-                PERFORM 1 FROM stageq.processes WHERE id = v_cand.process_id FOR UPDATE SKIP LOCKED;
-                IF FOUND THEN
-                    SELECT count(*) INTO v_running FROM stageq.tasks
-                     WHERE process_id = v_cand.process_id AND state = 'running';
-                    v_ok := v_running < v_cand.max_parallel;
-                ELSE
+                v_verdict := stageq_routines.slot_check(v_cand.process_id, NULL, NULL, NULL, NOT v_holds);
+                v_holds := v_holds OR v_verdict IN ('admits', 'full');
+                IF v_verdict IN ('busy', 'full') THEN
                     v_ok := false;
-                END IF;
-                IF NOT v_ok THEN
+                    v_bump := v_verdict = 'full';
                     v_fullp := v_fullp || v_cand.process_id;
                 END IF;
             END IF;
