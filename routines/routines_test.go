@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "e7fe0be36bc995f6df5c33fcdd72f03a4ae87cc9b6a44ce9cb5f45c2f904b69e"},
+	"postgres":  {11, "e6e8b84a15625098c1c15257981d1463219115f7f6ff2c11e124471d95ebc26c"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

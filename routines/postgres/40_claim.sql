@@ -20,9 +20,10 @@
 -- lock a claim takes skips what is locked, so two claims never wait for each
 -- other. The bound keeps a transaction that holds the row for long (an
 -- operator's, by hand; an application's submission into a capped process)
--- from stopping other work, and ends the one cycle left: a submission that
--- changes a process's priority rewrites its tasks, one of which the waiting
--- claim may hold.
+-- from stopping other work, and ends the one kind of cycle left: a
+-- transaction that holds a process's row and then rewrites its waiting tasks
+-- (a submission of a new priority or of a lower stage, a pause), one of which
+-- the waiting claim may hold; after 100 ms the claim gives way.
 CREATE OR REPLACE FUNCTION stageq_routines.slot_check(p_process bigint, p_limit text, p_key text, p_kind text, p_wait boolean)
  RETURNS text
  LANGUAGE plpgsql
