@@ -70,14 +70,16 @@ func waitLonger(t *testing.T, d dialect.Dialect) {
 	execSQL(t, d, `ALTER FUNCTION `+d.Schema().Routines.Namespace()+`.slot_wait(bigint, text) SET lock_timeout TO '60s'`)
 }
 
-func claimIn(ctx context.Context, d dialect.Dialect, worker string, max int) <-chan []dialect.ClaimedTask {
+// claimIn claims up to max tasks for worker in a goroutine of its own and
+// hands back what it got, or fails the test on an error.
+func claimIn(ctx context.Context, t *testing.T, d dialect.Dialect, worker string, max int) <-chan []dialect.ClaimedTask {
 	out := make(chan []dialect.ClaimedTask, 1)
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		got, err := d.TaskClaim(cctx, dialect.ClaimParams{WorkerID: worker, Max: max, Token: 2, Lease: time.Minute})
 		if err != nil {
-			got = nil
+			t.Errorf("claim of %s: %v", worker, err)
 		}
 		out <- got
 	}()
@@ -117,7 +119,7 @@ func TestClaimWaitsForAClaimUnderTheSameLimit(t *testing.T) {
 			}
 			waitLonger(t, d)
 			commit := holdClaim(t, d, 2, "kC")
-			second := claimIn(context.Background(), d, "second", 4)
+			second := claimIn(context.Background(), t, d, "second", 4)
 			waitingOnALock(t, d)
 			commit()
 			if got := <-second; len(got) != 2 {
@@ -139,7 +141,7 @@ func TestClaimHoldingALimitDoesNotWait(t *testing.T) {
 	waitLonger(t, d)
 	commit := holdClaim(t, d, 1, "kA")
 	defer commit()
-	got := <-claimIn(context.Background(), d, "second", 10)
+	got := <-claimIn(context.Background(), t, d, "second", 10)
 	if len(got) != 1 || got[0].Kind != "kB" {
 		t.Fatalf("second claim: %+v; want the task under B alone, at once", got)
 	}
@@ -170,7 +172,7 @@ func TestClaimPassesByACappedProcessASubmissionHolds(t *testing.T) {
 	}
 	defer tx.Rollback()
 	submitTasks(t, d, tx, "C", 1, "")
-	got := <-claimIn(ctx, d, "w", 10)
+	got := <-claimIn(ctx, t, d, "w", 10)
 	if len(got) != 1 || got[0].Process != "other" {
 		t.Fatalf("claim while C's submission is open: %+v; want the task of process other alone", got)
 	}
@@ -180,7 +182,41 @@ func TestClaimPassesByACappedProcessASubmissionHolds(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-claimIn(ctx, d, "w", 10); len(got) != 2 {
+	if got := <-claimIn(ctx, t, d, "w", 10); len(got) != 2 {
 		t.Fatalf("claim after the submission committed: %d tasks; want C's 2 (its cap)", len(got))
+	}
+}
+
+// TestClaimGivesWayInACycle: a transaction holds capped process C's row, as
+// a pause does, while a claim that holds C's first task waits for that row;
+// then the transaction rewrites C's waiting tasks, as a pause does, and so
+// waits for the claim. Neither can go on: PostgreSQL ends one of them, and
+// it must be the claim's wait, which then passes C by. The claim returns
+// without an error and the other transaction completes.
+func TestClaimGivesWayInACycle(t *testing.T) {
+	d := migratedDB(t)
+	ctx := context.Background()
+	submitTasks(t, d, nil, "C", 2, "")
+	execSQL(t, d, `UPDATE stageq.processes SET max_parallel = 1 WHERE name = 'C'`)
+	waitLonger(t, d) // the deadlock detector, not the bound, breaks the cycle
+	tx, err := d.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT id FROM stageq.processes WHERE name = 'C' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	claim := claimIn(ctx, t, d, "w", 10)
+	waitingOnALock(t, d)
+	if _, err := tx.ExecContext(ctx, `UPDATE stageq.tasks SET state = 'blocked'
+ WHERE process_id = (SELECT id FROM stageq.processes WHERE name = 'C') AND state = 'available'`); err != nil {
+		t.Fatalf("the pause's rewrite of C's tasks: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-claim; len(got) != 0 {
+		t.Fatalf("claim: %+v; want none", got)
 	}
 }
