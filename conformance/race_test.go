@@ -187,7 +187,7 @@ func TestLimitChangeDuringClaim(t *testing.T) {
 			}
 			// The bound is 100 ms; the interleaving below needs the claim to
 			// be seen waiting before the change commits.
-			db.exec(t, `ALTER FUNCTION `+db.routine("slot_wait")+`(bigint, text) SET lock_timeout TO '60s'`)
+			db.exec(t, `ALTER FUNCTION `+db.routine("slot_max")+`(bigint, text, boolean) SET lock_timeout TO '60s'`)
 		}
 		tx := hold()
 		got := make(chan int, 1)

@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "e6e8b84a15625098c1c15257981d1463219115f7f6ff2c11e124471d95ebc26c"},
+	"postgres":  {11, "9bf2e482e23d96f963ea728709bd5b0036b35ea398ce7810ef2f689fe43c27ad"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stageq/stageq/dialect"
+	"github.com/stageq/stageq/dialect/postgres"
 )
 
 // Claims under a limit or a process's max_parallel wait for each other
@@ -38,6 +39,13 @@ func submitTasks(t *testing.T, d dialect.Dialect, tx *sql.Tx, process string, n 
 	}
 }
 
+// cappedTasks submits n tasks to process, whose max_parallel it sets to max.
+func cappedTasks(t *testing.T, d dialect.Dialect, process string, n, max int) {
+	t.Helper()
+	submitTasks(t, d, nil, process, n, "")
+	execSQL(t, d, `UPDATE stageq.processes SET max_parallel = $1 WHERE name = $2`, max, process)
+}
+
 // holdClaim claims in a transaction left open, as a claim is while it counts:
 // it holds the rows of the limits it admitted under.
 func holdClaim(t *testing.T, d dialect.Dialect, max int, kind string) (commit func()) {
@@ -63,11 +71,27 @@ func holdClaim(t *testing.T, d dialect.Dialect, max int, kind string) (commit fu
 	}
 }
 
+// holdProcesses locks the processes whose name is what (`= 'C'`, `LIKE
+// 'c%'`) in a transaction left open, as a pause, an application's submission
+// or a claim of a capped process does.
+func holdProcesses(t *testing.T, d dialect.Dialect, what string) *sql.Tx {
+	t.Helper()
+	tx, err := d.DB().BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	if _, err := tx.Exec(`SELECT id FROM stageq.processes WHERE name ` + what + ` FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // waitLonger raises the claim's 100 ms bound on a wait for a limit's or a
 // capped process's row, so that a test sees the claim waiting before it lets
 // the holder commit.
 func waitLonger(t *testing.T, d dialect.Dialect) {
-	execSQL(t, d, `ALTER FUNCTION `+d.Schema().Routines.Namespace()+`.slot_wait(bigint, text) SET lock_timeout TO '60s'`)
+	execSQL(t, d, `ALTER FUNCTION `+d.Schema().Routines.Namespace()+`.slot_max(bigint, text, boolean) SET lock_timeout TO '60s'`)
 }
 
 // claimIn claims up to max tasks for worker in a goroutine of its own and
@@ -104,18 +128,27 @@ func waitingOnALock(t *testing.T, d dialect.Dialect) {
 }
 
 // TestClaimWaitsForAClaimUnderTheSameLimit: a claim holds the row of limit
-// L, or of process C capped at 4, with 2 of its 4 slots taken when a second
+// C, or of process C capped at 4, with 2 of its 4 slots taken when a second
 // claim asks for 4 tasks. The second waits, and once the first commits it
-// counts the first's tasks and takes the 2 slots left.
+// counts the first's tasks and takes the 2 slots left. It does so too where
+// the database's default isolation is REPEATABLE READ, under which a count
+// after the wait would read the snapshot taken before it (2 tasks running
+// under a limit of 1, seen): the queue's sessions run READ COMMITTED
+// (postgres.go, readCommittedSQL).
 func TestClaimWaitsForAClaimUnderTheSameLimit(t *testing.T) {
-	for _, limit := range []string{"limit key", "max_parallel"} {
+	for _, limit := range []string{"limit key", "max_parallel", "limit key, repeatable read"} {
 		t.Run(limit, func(t *testing.T) {
-			d := migratedDB(t)
-			if limit == "limit key" {
+			var d dialect.Dialect
+			switch limit {
+			case "max_parallel":
+				d = migratedDB(t)
+				cappedTasks(t, d, "C", 6, 4)
+			case "limit key, repeatable read":
+				d = repeatableRead(t)
 				limitTasks(t, d, "C", 6, 4)
-			} else {
-				submitTasks(t, d, nil, "C", 6, "")
-				execSQL(t, d, `UPDATE stageq.processes SET max_parallel = 4 WHERE name = 'C'`)
+			default:
+				d = migratedDB(t)
+				limitTasks(t, d, "C", 6, 4)
 			}
 			waitLonger(t, d)
 			commit := holdClaim(t, d, 2, "kC")
@@ -127,6 +160,24 @@ func TestClaimWaitsForAClaimUnderTheSameLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// repeatableRead is migratedDB with REPEATABLE READ as the database's
+// default isolation.
+func repeatableRead(t *testing.T) dialect.Dialect {
+	t.Helper()
+	d, dsn := migratedDSN(t, "stageq_rr")
+	var name string
+	if err := d.DB().QueryRow(`SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, d, `ALTER DATABASE `+name+` SET default_transaction_isolation = 'repeatable read'`)
+	rr, err := postgres.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rr.Close() })
+	return rr
 }
 
 // TestClaimHoldingALimitDoesNotWait: a claim that already holds a limit's
@@ -155,8 +206,7 @@ func TestClaimHoldingALimitDoesNotWait(t *testing.T) {
 func TestClaimPassesByACappedProcessASubmissionHolds(t *testing.T) {
 	d := migratedDB(t)
 	ctx := context.Background()
-	submitTasks(t, d, nil, "C", 2, "")
-	execSQL(t, d, `UPDATE stageq.processes SET max_parallel = 2 WHERE name = 'C'`)
+	cappedTasks(t, d, "C", 2, 2)
 	submitTasks(t, d, nil, "other", 1, "")
 	vtimes := func() (v string) {
 		if err := d.DB().QueryRowContext(ctx, `SELECT array_agg(t.vtime ORDER BY t.id)::text FROM stageq.tasks t
@@ -187,36 +237,70 @@ func TestClaimPassesByACappedProcessASubmissionHolds(t *testing.T) {
 	}
 }
 
-// TestClaimGivesWayInACycle: a transaction holds capped process C's row, as
-// a pause does, while a claim that holds C's first task waits for that row;
-// then the transaction rewrites C's waiting tasks, as a pause does, and so
-// waits for the claim. Neither can go on: PostgreSQL ends one of them, and
-// it must be the claim's wait, which then passes C by. The claim returns
-// without an error and the other transaction completes.
-func TestClaimGivesWayInACycle(t *testing.T) {
+// TestClaimTakesTheProcessRowBeforeItsTasks: a transaction holds capped
+// process C's row, as a pause does, while a claim waits for that row; then
+// the transaction rewrites C's waiting tasks, as a pause does. It must not
+// wait for the claim: a claim locks a task only after its limits' rows, the
+// order every writer keeps. (Taken task first, the two waited for each other
+// until PostgreSQL's deadlock check ended one.) The claim then finds C's
+// tasks blocked and takes none.
+func TestClaimTakesTheProcessRowBeforeItsTasks(t *testing.T) {
 	d := migratedDB(t)
 	ctx := context.Background()
-	submitTasks(t, d, nil, "C", 2, "")
-	execSQL(t, d, `UPDATE stageq.processes SET max_parallel = 1 WHERE name = 'C'`)
-	waitLonger(t, d) // the deadlock detector, not the bound, breaks the cycle
-	tx, err := d.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT id FROM stageq.processes WHERE name = 'C' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	cappedTasks(t, d, "C", 2, 1)
+	waitLonger(t, d)
+	tx := holdProcesses(t, d, `= 'C'`)
 	claim := claimIn(ctx, t, d, "w", 10)
 	waitingOnALock(t, d)
-	if _, err := tx.ExecContext(ctx, `UPDATE stageq.tasks SET state = 'blocked'
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := tx.ExecContext(uctx, `UPDATE stageq.tasks SET state = 'blocked'
  WHERE process_id = (SELECT id FROM stageq.processes WHERE name = 'C') AND state = 'available'`); err != nil {
-		t.Fatalf("the pause's rewrite of C's tasks: %v", err)
+		t.Fatalf("the pause's rewrite of C's tasks while a claim waits for C: %v", err)
 	}
+	waitingOnALock(t, d) // the claim, still
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-claim; len(got) != 0 {
 		t.Fatalf("claim: %+v; want none", got)
+	}
+}
+
+// TestClaimWaitsOnce: one transaction holds the rows of 100 capped
+// processes, none of them full, as an application's submission into each
+// would. A claim waits for the first, in vain, and passes the others by
+// without waiting: waiting 100 ms for each, it took 10 s. It takes the task
+// of an uncapped process. (The test's 10 s is that bound, not a timing.)
+func TestClaimWaitsOnce(t *testing.T) {
+	d := migratedDB(t)
+	ctx := context.Background()
+	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order, max_parallel) SELECT 'c' || g, 1, 2 FROM generate_series(1, 100) g`)
+	execSQL(t, d, `INSERT INTO stageq.tasks (process_id, execution_order, body, state, kind)
+SELECT id, 1, '{}', 'available', 'k' FROM stageq.processes WHERE name LIKE 'c%'`)
+	submitTasks(t, d, nil, "other", 1, "")
+	execSQL(t, d, `UPDATE stageq.tasks SET vtime = vtime + 1000000000 WHERE kind = 'kother'`) // last in line
+	holdProcesses(t, d, `LIKE 'c%'`)
+	if got := <-claimIn(ctx, t, d, "w", 1); len(got) != 1 || got[0].Process != "other" {
+		t.Fatalf("claim: %+v; want the task of process other", got)
+	}
+}
+
+// TestClaimDoesNotWaitForAFullLimit: capped process C is full (its one slot
+// taken) and another transaction holds its row, as the next claims and C's
+// completions do all the while under load. A look without the lock says C is
+// full, so the claim passes it by at once instead of queueing on its row.
+func TestClaimDoesNotWaitForAFullLimit(t *testing.T) {
+	d := migratedDB(t)
+	ctx := context.Background()
+	cappedTasks(t, d, "C", 3, 1)
+	if got := <-claimIn(ctx, t, d, "first", 1); len(got) != 1 {
+		t.Fatalf("first claim: %d tasks", len(got))
+	}
+	submitTasks(t, d, nil, "other", 1, "")
+	waitLonger(t, d) // a claim that waited would fail its 10 s
+	holdProcesses(t, d, `= 'C'`)
+	if got := <-claimIn(ctx, t, d, "w", 10); len(got) != 1 || got[0].Process != "other" {
+		t.Fatalf("claim: %+v; want the task of process other alone", got)
 	}
 }

@@ -9,7 +9,8 @@ var _ dialect.Operator = (*Postgres)(nil)
 // Operator statements, run by sqlbase (base.go). Each one that changes tasks
 // runs after lockProcessSQL (or lockProcessByIDSQL) in the same transaction:
 // the process row first, then task rows, the order finish, submit, rescue and
-// the claim all keep.
+// the claim all keep (a claim locks a process's row only when the process is
+// capped, and before the task).
 const (
 	lockProcessSQL     = `SELECT id FROM stageq.processes WHERE name = $1 FOR UPDATE`
 	lockProcessByIDSQL = `SELECT id FROM stageq.processes WHERE id = $1 FOR UPDATE`
@@ -30,7 +31,8 @@ UPDATE stageq.tasks SET state = 'blocked', attempt = 0, abandons = 0, run_at = n
  WHERE process_id = $1 AND state = 'failed'`
 	discardProcessSQL = `DELETE FROM stageq.tasks WHERE process_id = $1 AND state = 'failed'`
 	// The cancel removes and audits in one statement: a claim may take an
-	// available task at any moment (claims lock no process row), and a task it
+	// available task at any moment (a claim of an uncapped process locks no
+	// process row, and a capped one's may have taken the row before), and a task it
 	// took between an audit statement and a DELETE would be recorded cancelled
 	// yet run. The DELETE's RETURNING is exactly what went. In: process id,
 	// who, outcome, note.

@@ -68,7 +68,7 @@ func Open(ctx context.Context, dsn string) (dialect.Dialect, error) {
 	// statements are seconds apart, and pgx's default (a second) doubled its
 	// load on the server. A statement that meets a closed connection fails
 	// and the worker retries it.
-	db := openPool(cfg, sessionSetupSQL, 30*time.Second)
+	db := openPool(cfg, sessionSetupSQL+";\n"+readCommittedSQL, 30*time.Second)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, dialect.ConnectFailed("postgres", dsn, cfg.ConnectTimeout, dialect.Scrubbed(err, scrub(err.Error(), dsn)))
@@ -127,6 +127,16 @@ const bodyPingIdle = time.Second
 // reports 14 without it still connects).
 const sessionSetupSQL = `SELECT set_config(name, '0', false) FROM pg_settings
  WHERE name = 'idle_session_timeout'`
+
+// readCommittedSQL, run with sessionSetupSQL on each connection of the
+// queue's own pool, runs its transactions at READ COMMITTED whatever the
+// database's default (default_transaction_isolation): the queue's statements
+// are written for it. A claim that waited for a limit's row must count the
+// running tasks in a snapshot taken after the wait, which sees what the
+// holder claimed; under REPEATABLE READ it counted in the snapshot taken
+// before the wait and exceeded the limit (seen: 2 tasks running under a
+// limit of 1). Task bodies run on the body pool, at the database's default.
+const readCommittedSQL = `SET default_transaction_isolation TO 'read committed'`
 
 // watchClientSQL, run with sessionSetupSQL on each body connection (one
 // round trip), makes the body's session check every second, while a body

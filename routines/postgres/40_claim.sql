@@ -1,5 +1,5 @@
 -- The claim: up to p_max available tasks, skip-locked, in fairness order,
--- admitted under every concurrency limit (limit_room); claim_gated is the
+-- admitted under every concurrency limit (slot_check); claim_gated is the
 -- path taken when a limit or a process cap applies.
 
 -- slot_check says whether one more task may run under a limit: 'admits',
@@ -7,63 +7,76 @@
 -- or 'busy' (another transaction holds the limit's row). The limit is
 -- process p_process's max_parallel (its row is the lock) when p_process is
 -- set, else limit p_limit of stageq.limits; its slots in use are the running
--- tasks of that process, of limit key p_key, or, p_key NULL, of kind p_kind,
--- counted under the row's lock, which the claim keeps until it commits.
+-- tasks of that process, of limit key p_key, or, p_key NULL, of kind p_kind
+-- (slot_used), counted under the row's lock, which the claim keeps until it
+-- commits. locked: the claim holds the row now, whatever the verdict.
 --
 -- Claims hold such a row while they count, for the few milliseconds of the
 -- claim. Workers woken together by one submission all reach it at once, and
 -- a claim that read past the held row took its tasks for full: it claimed
 -- none and its worker slept a whole poll (8 s to start 6 tasks under a limit
 -- of 6, or of a process capped at 6, with three workers of two slots and a
--- 20 s poll-max). So a claim that holds no such row yet waits its turn
--- (p_wait), for 100 ms at most. A claim waits only then, and every other
--- lock a claim takes skips what is locked, so two claims never wait for each
--- other. The bound keeps a transaction that holds the row for long (an
--- operator's, by hand; an application's submission into a capped process)
--- from stopping other work, and ends the one kind of cycle left: a
--- transaction that holds a process's row and then rewrites its waiting tasks
--- (a submission of a new priority or of a lower stage, a pause), one of which
--- the waiting claim may hold; after 100 ms the claim gives way.
-CREATE OR REPLACE FUNCTION stageq_routines.slot_check(p_process bigint, p_limit text, p_key text, p_kind text, p_wait boolean)
- RETURNS text
+-- 20 s poll-max). So a claim may wait its turn (p_wait), for 100 ms at most,
+-- and claim_gated lets it do so once, and only while it holds no such row:
+-- every other lock a claim takes skips what is locked, so two claims never
+-- wait for each other, and claim_gated takes a task's row only after its
+-- limits', as every writer does (process row, then its tasks), so no cycle
+-- forms with a pause or a submission either. The bound keeps a transaction
+-- that holds the row for long (an operator's, by hand; an application's
+-- submission into a capped process) from stopping other work.
+--
+-- A limit already full is not waited for: a look without the lock says so,
+-- and the claim passes it by at once. (A capped process with a backlog is
+-- full most of the time and its tasks stay at the head of the fair-share
+-- order; had every claim queued on its row to find that out, claims under
+-- contention fell by a third.)
+CREATE OR REPLACE FUNCTION stageq_routines.slot_check(p_process bigint, p_limit text, p_key text, p_kind text,
+                                                      p_wait boolean, OUT verdict text, OUT locked boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     v_max int;
-    v_n   int;
 BEGIN
     IF p_process IS NOT NULL THEN
         SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process FOR UPDATE SKIP LOCKED;
     ELSIF EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
         SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
     ELSE
-        RETURN 'none';
+        verdict := 'none';
+        locked := false;
+        RETURN;
     END IF;
-    IF NOT FOUND THEN
+    locked := FOUND;
+    IF NOT locked THEN
+        IF stageq_routines.slot_max(p_process, p_limit, false)
+           <= stageq_routines.slot_used(p_process, p_key, p_kind) THEN
+            verdict := 'full';
+            RETURN;
+        END IF;
         IF NOT p_wait THEN
-            RETURN 'busy';
+            verdict := 'busy';
+            RETURN;
         END IF;
         BEGIN
-            v_max := stageq_routines.slot_wait(p_process, p_limit);
+            v_max := stageq_routines.slot_max(p_process, p_limit, true);
+            locked := true;
         EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-            RETURN 'busy';
+            verdict := 'busy';
+            RETURN;
         END;
     END IF;
     IF v_max IS NULL THEN
-        RETURN 'none';
-    END IF;
-    IF p_process IS NOT NULL THEN
-        SELECT count(*) INTO v_n FROM stageq.tasks WHERE process_id = p_process AND state = 'running';
-    ELSIF p_key IS NOT NULL THEN
-        SELECT count(*) INTO v_n FROM stageq.tasks WHERE limit_key = p_key AND state = 'running';
+        verdict := 'none';
+    ELSIF stageq_routines.slot_used(p_process, p_key, p_kind) < v_max THEN
+        verdict := 'admits';
     ELSE
-        SELECT count(*) INTO v_n FROM stageq.tasks WHERE kind = p_kind AND state = 'running';
+        verdict := 'full';
     END IF;
-    RETURN CASE WHEN v_n < v_max THEN 'admits' ELSE 'full' END;
 END $function$;
 
--- slot_wait waits for slot_check's row and returns its limit.
-CREATE OR REPLACE FUNCTION stageq_routines.slot_wait(p_process bigint, p_limit text)
+-- slot_max reads slot_check's limit: with p_lock, under the row's lock,
+-- waited for 100 ms at most; without, as committed.
+CREATE OR REPLACE FUNCTION stageq_routines.slot_max(p_process bigint, p_limit text, p_lock boolean)
  RETURNS integer
  LANGUAGE plpgsql
  SET lock_timeout TO '100ms'
@@ -71,39 +84,30 @@ AS $function$
 DECLARE
     v_max int;
 BEGIN
-    IF p_process IS NOT NULL THEN
+    IF p_lock AND p_process IS NOT NULL THEN
         SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process FOR UPDATE;
-    ELSE
+    ELSIF p_lock THEN
         SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE;
+    ELSIF p_process IS NOT NULL THEN
+        SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process;
+    ELSE
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit;
     END IF;
     RETURN v_max;
 END $function$;
 
--- limit_room says whether a task with limit key p_key (NULL: none) of kind
--- p_kind may start: 'admits', or which limit stops it and why: 'key full',
--- 'key busy', 'kind full', 'kind busy' (slot_check). p_wait: this claim
--- holds no limit row yet. holds: it holds one now, whatever the verdict.
-CREATE OR REPLACE FUNCTION stageq_routines.limit_room(p_key text, p_kind text, p_wait boolean,
-                                                      OUT verdict text, OUT holds boolean)
+-- slot_used counts slot_check's slots in use.
+CREATE OR REPLACE FUNCTION stageq_routines.slot_used(p_process bigint, p_key text, p_kind text)
+ RETURNS integer
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-    v_which text;
-    v_check text;
 BEGIN
-    holds := NOT p_wait;
-    FOREACH v_which IN ARRAY ARRAY['key', 'kind'] LOOP
-        CONTINUE WHEN v_which = 'key' AND p_key IS NULL;
-        v_check := CASE v_which
-            WHEN 'key' THEN stageq_routines.slot_check(NULL, p_key, p_key, NULL, NOT holds)
-            ELSE stageq_routines.slot_check(NULL, 'kind:' || p_kind, NULL, p_kind, NOT holds) END;
-        holds := holds OR v_check IN ('admits', 'full');
-        IF v_check IN ('busy', 'full') THEN
-            verdict := v_which || ' ' || v_check;
-            RETURN;
-        END IF;
-    END LOOP;
-    verdict := 'admits';
+    IF p_process IS NOT NULL THEN
+        RETURN (SELECT count(*) FROM stageq.tasks WHERE process_id = p_process AND state = 'running');
+    ELSIF p_key IS NOT NULL THEN
+        RETURN (SELECT count(*) FROM stageq.tasks WHERE limit_key = p_key AND state = 'running');
+    END IF;
+    RETURN (SELECT count(*) FROM stageq.tasks WHERE kind = p_kind AND state = 'running');
 END $function$;
 
 CREATE OR REPLACE FUNCTION stageq_routines.claim_gated(p_max integer, p_worker text, p_token bigint, p_expires timestamp with time zone, p_kinds text[])
@@ -123,8 +127,12 @@ DECLARE
     v_fullkind  text[] := '{}';   -- kinds found full or busy
     v_ok        boolean;
     v_bump      boolean;  -- a task passed over moves back in the fairness order
-    v_verdict   text;     -- slot_check's or limit_room's
+    v_which     text;     -- which limit of a task: 'process' (max_parallel), 'key', 'kind'
+    v_verdict   text;     -- slot_check's
+    v_locked    boolean;  -- slot_check's
     v_holds     boolean := false; -- this claim holds a limit's or a capped process's row
+    v_waited    boolean := false; -- this claim waited for one, in vain
+    v_may_wait  boolean;
     v_busy      boolean;
     v_seen      int;
 BEGIN
@@ -150,34 +158,39 @@ BEGIN
             v_seen := v_seen + 1;
             CONTINUE WHEN v_cand.process_id = ANY (v_fullp)
                        OR v_cand.limit_key = ANY (v_fullk) OR v_cand.kind = ANY (v_fullkind);
+            -- Its limits first (slot_check says why), then the task.
+            v_ok := true;
+            v_bump := true;
+            FOREACH v_which IN ARRAY ARRAY['process', 'key', 'kind'] LOOP
+                CONTINUE WHEN (v_which = 'process' AND v_cand.max_parallel IS NULL)
+                           OR (v_which = 'key' AND v_cand.limit_key IS NULL);
+                v_may_wait := NOT v_holds AND NOT v_waited;
+                SELECT r.verdict, r.locked INTO v_verdict, v_locked
+                  FROM stageq_routines.slot_check(
+                           CASE v_which WHEN 'process' THEN v_cand.process_id END,
+                           CASE v_which WHEN 'key' THEN v_cand.limit_key ELSE 'kind:' || v_cand.kind END,
+                           CASE v_which WHEN 'key' THEN v_cand.limit_key END,
+                           v_cand.kind, v_may_wait) r;
+                v_holds := v_holds OR v_locked;
+                v_waited := v_waited OR (v_may_wait AND v_verdict = 'busy');
+                CONTINUE WHEN v_verdict IN ('admits', 'none');
+                v_ok := false;
+                -- A busy limit says nothing of its tasks: they keep their
+                -- place in the fairness order, and this claim passes them by.
+                v_bump := v_verdict = 'full';
+                IF v_which = 'process' THEN
+                    v_fullp := v_fullp || v_cand.process_id;
+                ELSIF v_which = 'key' THEN
+                    v_fullk := v_fullk || v_cand.limit_key;
+                ELSE
+                    v_fullkind := v_fullkind || v_cand.kind;
+                END IF;
+                EXIT;
+            END LOOP;
             PERFORM 1 FROM stageq.tasks WHERE id = v_cand.id AND state = 'available' FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
                 v_busy := true; -- another claim's, or already taken
                 CONTINUE;
-            END IF;
-            v_ok := true;
-            v_bump := true;
-            IF v_cand.max_parallel IS NOT NULL THEN
-                v_verdict := stageq_routines.slot_check(v_cand.process_id, NULL, NULL, NULL, NOT v_holds);
-                v_holds := v_holds OR v_verdict IN ('admits', 'full');
-                IF v_verdict IN ('busy', 'full') THEN
-                    v_ok := false;
-                    v_bump := v_verdict = 'full';
-                    v_fullp := v_fullp || v_cand.process_id;
-                END IF;
-            END IF;
-            IF v_ok THEN
-                SELECT r.verdict, r.holds INTO v_verdict, v_holds
-                  FROM stageq_routines.limit_room(v_cand.limit_key, v_cand.kind, NOT v_holds) r;
-                v_ok := v_verdict = 'admits';
-                IF v_verdict LIKE 'key %' THEN
-                    v_fullk := v_fullk || v_cand.limit_key;
-                ELSIF v_verdict LIKE 'kind %' THEN
-                    v_fullkind := v_fullkind || v_cand.kind;
-                END IF;
-                -- A busy limit says nothing of its tasks: they keep their
-                -- place in the fairness order, and this claim passes them by.
-                v_bump := v_verdict NOT LIKE '% busy';
             END IF;
             IF v_ok THEN
                 UPDATE stageq.tasks t
