@@ -185,7 +185,7 @@ func TestLimitChangeDuringClaim(t *testing.T) {
 			if err := tx.Rollback(); err != nil {
 				t.Fatal(err)
 			}
-			// The bound is 100 ms; the interleaving below needs the claim to
+			// The bound is 50 ms; the interleaving below needs the claim to
 			// be seen waiting before the change commits.
 			db.exec(t, `ALTER FUNCTION `+db.routine("slot_max")+`(bigint, text, boolean) SET lock_timeout TO '60s'`)
 		}

@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "9bf2e482e23d96f963ea728709bd5b0036b35ea398ce7810ef2f689fe43c27ad"},
+	"postgres":  {11, "94d6e9f8e4e8367dd7cd9735c3009e6111ced1e5e8501036a6c579a221c25ff8"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

@@ -87,7 +87,7 @@ func holdProcesses(t *testing.T, d dialect.Dialect, what string) *sql.Tx {
 	return tx
 }
 
-// waitLonger raises the claim's 100 ms bound on a wait for a limit's or a
+// waitLonger raises the claim's 50 ms bound on a wait for a limit's or a
 // capped process's row, so that a test sees the claim waiting before it lets
 // the holder commit.
 func waitLonger(t *testing.T, d dialect.Dialect) {
@@ -134,29 +134,40 @@ func waitingOnALock(t *testing.T, d dialect.Dialect) {
 // the database's default isolation is REPEATABLE READ, under which a count
 // after the wait would read the snapshot taken before it (2 tasks running
 // under a limit of 1, seen): the queue's sessions run READ COMMITTED
-// (postgres.go, readCommittedSQL).
+// (postgres.go, readCommittedSQL). And it reads its candidates again after
+// the wait: with 60 tasks under a limit of 100 and 20 of them the first's,
+// the 26 it read before the wait left it 6 of the 10 it asks for.
 func TestClaimWaitsForAClaimUnderTheSameLimit(t *testing.T) {
-	for _, limit := range []string{"limit key", "max_parallel", "limit key, repeatable read"} {
-		t.Run(limit, func(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		tasks, max             int
+		held, ask, want        int
+		capped, repeatableRead bool
+	}{
+		{name: "limit key", tasks: 6, max: 4, held: 2, ask: 4, want: 2},
+		{name: "max_parallel", tasks: 6, max: 4, held: 2, ask: 4, want: 2, capped: true},
+		{name: "limit key, repeatable read", tasks: 6, max: 4, held: 2, ask: 4, want: 2, repeatableRead: true},
+		{name: "candidates read again", tasks: 60, max: 100, held: 20, ask: 10, want: 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			var d dialect.Dialect
-			switch limit {
-			case "max_parallel":
-				d = migratedDB(t)
-				cappedTasks(t, d, "C", 6, 4)
-			case "limit key, repeatable read":
+			if c.repeatableRead {
 				d = repeatableRead(t)
-				limitTasks(t, d, "C", 6, 4)
-			default:
+			} else {
 				d = migratedDB(t)
-				limitTasks(t, d, "C", 6, 4)
+			}
+			if c.capped {
+				cappedTasks(t, d, "C", c.tasks, c.max)
+			} else {
+				limitTasks(t, d, "C", c.tasks, c.max)
 			}
 			waitLonger(t, d)
-			commit := holdClaim(t, d, 2, "kC")
-			second := claimIn(context.Background(), t, d, "second", 4)
+			commit := holdClaim(t, d, c.held, "kC")
+			second := claimIn(context.Background(), t, d, "second", c.ask)
 			waitingOnALock(t, d)
 			commit()
-			if got := <-second; len(got) != 2 {
-				t.Fatalf("second claim: %d tasks; want the 2 slots the first left", len(got))
+			if got := <-second; len(got) != c.want {
+				t.Fatalf("second claim: %d tasks; want %d", len(got), c.want)
 			}
 		})
 	}
@@ -200,7 +211,7 @@ func TestClaimHoldingALimitDoesNotWait(t *testing.T) {
 
 // TestClaimPassesByACappedProcessASubmissionHolds: an application's
 // submission into capped process C is open, holding C's row, past the
-// claim's 100 ms bound. The claim takes another process's task and none of
+// claim's 50 ms bound. The claim takes another process's task and none of
 // C's, and C's tasks keep their place in the fairness order (a full cap
 // would move them back); once the submission commits, they are claimed.
 func TestClaimPassesByACappedProcessASubmissionHolds(t *testing.T) {
@@ -267,15 +278,15 @@ func TestClaimTakesTheProcessRowBeforeItsTasks(t *testing.T) {
 	}
 }
 
-// TestClaimWaitsOnce: one transaction holds the rows of 100 capped
+// TestClaimWaitsOnce: one transaction holds the rows of 300 capped
 // processes, none of them full, as an application's submission into each
 // would. A claim waits for the first, in vain, and passes the others by
-// without waiting: waiting 100 ms for each, it took 10 s. It takes the task
-// of an uncapped process. (The test's 10 s is that bound, not a timing.)
+// without waiting: waiting 50 ms for each, it would take 15 s. It takes the
+// task of an uncapped process. (The test's 10 s is that bound, not a timing.)
 func TestClaimWaitsOnce(t *testing.T) {
 	d := migratedDB(t)
 	ctx := context.Background()
-	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order, max_parallel) SELECT 'c' || g, 1, 2 FROM generate_series(1, 100) g`)
+	execSQL(t, d, `INSERT INTO stageq.processes (name, current_order, max_parallel) SELECT 'c' || g, 1, 2 FROM generate_series(1, 300) g`)
 	execSQL(t, d, `INSERT INTO stageq.tasks (process_id, execution_order, body, state, kind)
 SELECT id, 1, '{}', 'available', 'k' FROM stageq.processes WHERE name LIKE 'c%'`)
 	submitTasks(t, d, nil, "other", 1, "")

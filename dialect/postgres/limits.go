@@ -5,7 +5,7 @@ import "github.com/stageq/stageq/dialect/sqlbase"
 // Limits live in stageq.limits (named keys and "kind:KIND") and in
 // processes.max_parallel ("process:NAME"). None of them is a counter: the slots
 // in use are the running tasks that match, counted by the claim under the limit
-// row's lock (stageq.limit_room), so changing a row takes effect at the next
+// row's lock (stageq.slot_check), so changing a row takes effect at the next
 // claim and a crashed holder's slot returns exactly when its lease is rescued.
 
 // limitSQL are the limit statements sqlbase runs (base.go).

@@ -10,20 +10,24 @@
 -- tasks of that process, of limit key p_key, or, p_key NULL, of kind p_kind
 -- (slot_used), counted under the row's lock, which the claim keeps until it
 -- commits. locked: the claim holds the row now, whatever the verdict.
+-- waited: it waited for the row, granted or not.
 --
 -- Claims hold such a row while they count, for the few milliseconds of the
 -- claim. Workers woken together by one submission all reach it at once, and
 -- a claim that read past the held row took its tasks for full: it claimed
 -- none and its worker slept a whole poll (8 s to start 6 tasks under a limit
 -- of 6, or of a process capped at 6, with three workers of two slots and a
--- 20 s poll-max). So a claim may wait its turn (p_wait), for 100 ms at most,
+-- 20 s poll-max). So a claim may wait its turn (p_wait), for 50 ms at most,
 -- and claim_gated lets it do so once, and only while it holds no such row:
 -- every other lock a claim takes skips what is locked, so two claims never
 -- wait for each other, and claim_gated takes a task's row only after its
 -- limits', as every writer does (process row, then its tasks), so no cycle
 -- forms with a pause or a submission either. The bound keeps a transaction
 -- that holds the row for long (an operator's, by hand; an application's
--- submission into a capped process) from stopping other work.
+-- submission into a capped process) from stopping other work: while one
+-- does, each claim that meets it loses up to 50 ms (claims hold the row for
+-- milliseconds). After a wait claim_gated reads its candidates again: the
+-- ones it read before are what the holder had not yet claimed, or capped.
 --
 -- A limit already full is not waited for: a look without the lock says so,
 -- and the claim passes it by at once. (A capped process with a backlog is
@@ -31,12 +35,13 @@
 -- order; had every claim queued on its row to find that out, claims under
 -- contention fell by a third.)
 CREATE OR REPLACE FUNCTION stageq_routines.slot_check(p_process bigint, p_limit text, p_key text, p_kind text,
-                                                      p_wait boolean, OUT verdict text, OUT locked boolean)
+                                                      p_wait boolean, OUT verdict text, OUT locked boolean, OUT waited boolean)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
     v_max int;
 BEGIN
+    waited := false;
     IF p_process IS NOT NULL THEN
         SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process FOR UPDATE SKIP LOCKED;
     ELSIF EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
@@ -48,8 +53,11 @@ BEGIN
     END IF;
     locked := FOUND;
     IF NOT locked THEN
-        IF stageq_routines.slot_max(p_process, p_limit, false)
-           <= stageq_routines.slot_used(p_process, p_key, p_kind) THEN
+        v_max := stageq_routines.slot_max(p_process, p_limit, false);
+        IF v_max IS NULL THEN
+            verdict := 'none'; -- removed, or the cap lifted, as committed
+            RETURN;
+        ELSIF v_max <= stageq_routines.slot_used(p_process, p_key, p_kind) THEN
             verdict := 'full';
             RETURN;
         END IF;
@@ -57,6 +65,7 @@ BEGIN
             verdict := 'busy';
             RETURN;
         END IF;
+        waited := true;
         BEGIN
             v_max := stageq_routines.slot_max(p_process, p_limit, true);
             locked := true;
@@ -75,11 +84,11 @@ BEGIN
 END $function$;
 
 -- slot_max reads slot_check's limit: with p_lock, under the row's lock,
--- waited for 100 ms at most; without, as committed.
+-- waited for 50 ms at most; without, as committed.
 CREATE OR REPLACE FUNCTION stageq_routines.slot_max(p_process bigint, p_limit text, p_lock boolean)
  RETURNS integer
  LANGUAGE plpgsql
- SET lock_timeout TO '100ms'
+ SET lock_timeout TO '50ms'
 AS $function$
 DECLARE
     v_max int;
@@ -135,6 +144,13 @@ DECLARE
     v_may_wait  boolean;
     v_busy      boolean;
     v_seen      int;
+    v_w         boolean;
+    v_restart   boolean := false; -- waited: the cursor's snapshot is stale
+    -- A wait is of use only to a count in a snapshot taken after it. The
+    -- worker's sessions are READ COMMITTED (dialect/postgres, readCommittedSQL);
+    -- one that is not (a pooler's server connection that missed the setting,
+    -- a caller of its own) reads past held rows, as version 10 did.
+    v_read_committed boolean := current_setting('transaction_isolation') = 'read committed';
 BEGIN
     LOOP
         SELECT t.process_priority INTO v_top FROM stageq.tasks t
@@ -164,14 +180,15 @@ BEGIN
             FOREACH v_which IN ARRAY ARRAY['process', 'key', 'kind'] LOOP
                 CONTINUE WHEN (v_which = 'process' AND v_cand.max_parallel IS NULL)
                            OR (v_which = 'key' AND v_cand.limit_key IS NULL);
-                v_may_wait := NOT v_holds AND NOT v_waited;
-                SELECT r.verdict, r.locked INTO v_verdict, v_locked
+                v_may_wait := v_read_committed AND NOT v_holds AND NOT v_waited;
+                SELECT r.verdict, r.locked, r.waited INTO v_verdict, v_locked, v_w
                   FROM stageq_routines.slot_check(
                            CASE v_which WHEN 'process' THEN v_cand.process_id END,
-                           CASE v_which WHEN 'key' THEN v_cand.limit_key ELSE 'kind:' || v_cand.kind END,
+                           CASE v_which WHEN 'key' THEN v_cand.limit_key WHEN 'kind' THEN 'kind:' || v_cand.kind END,
                            CASE v_which WHEN 'key' THEN v_cand.limit_key END,
                            v_cand.kind, v_may_wait) r;
                 v_holds := v_holds OR v_locked;
+                v_restart := v_restart OR v_w;
                 v_waited := v_waited OR (v_may_wait AND v_verdict = 'busy');
                 CONTINUE WHEN v_verdict IN ('admits', 'none');
                 v_ok := false;
@@ -187,8 +204,11 @@ BEGIN
                 END IF;
                 EXIT;
             END LOOP;
+            EXIT WHEN v_restart AND NOT v_ok AND NOT v_bump;
+            CONTINUE WHEN NOT v_ok AND NOT v_bump; -- busy: nothing to do with the task
             PERFORM 1 FROM stageq.tasks WHERE id = v_cand.id AND state = 'available' FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
+                EXIT WHEN v_restart;
                 v_busy := true; -- another claim's, or already taken
                 CONTINUE;
             END IF;
@@ -209,8 +229,14 @@ BEGIN
                    SET vtime = greatest(vtime, stageq_routines.vnow(v_cand.priority) + 1000000 / v_cand.weight)
                  WHERE id = v_cand.id;
             END IF;
+            EXIT WHEN v_restart;
         END LOOP;
-        EXIT WHEN v_got >= p_max OR v_busy;
+        EXIT WHEN v_got >= p_max;
+        IF v_restart THEN
+            v_restart := false; -- once: a claim waits once at most
+            CONTINUE;           -- the same level, in a snapshot after the wait
+        END IF;
+        EXIT WHEN v_busy;
         IF v_seen >= p_max + 16 THEN
             CONTINUE; -- the same priority again, past the full ones
         END IF;
