@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "94d6e9f8e4e8367dd7cd9735c3009e6111ced1e5e8501036a6c579a221c25ff8"},
+	"postgres":  {11, "739ca73bb3ae08079e8de9265ce95540f167100d7c298c563e7e502d233410b8"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

@@ -138,19 +138,22 @@ DECLARE
     v_bump      boolean;  -- a task passed over moves back in the fairness order
     v_which     text;     -- which limit of a task: 'process' (max_parallel), 'key', 'kind'
     v_verdict   text;     -- slot_check's
-    v_locked    boolean;  -- slot_check's
+    v_slot      record;   -- slot_check's verdict, locked, waited
     v_holds     boolean := false; -- this claim holds a limit's or a capped process's row
     v_waited    boolean := false; -- this claim waited for one, in vain
     v_may_wait  boolean;
     v_busy      boolean;
     v_seen      int;
-    v_w         boolean;
     v_restart   boolean := false; -- waited: the cursor's snapshot is stale
     -- A wait is of use only to a count in a snapshot taken after it. The
     -- worker's sessions are READ COMMITTED (dialect/postgres, readCommittedSQL);
     -- one that is not (a pooler's server connection that missed the setting,
     -- a caller of its own) reads past held rows, as version 10 did.
     v_read_committed boolean := current_setting('transaction_isolation') = 'read committed';
+    -- The kinds a limit names, read once: a task of another kind has no kind
+    -- limit to check (one call saved per task; a kind limit set meanwhile
+    -- counts from the next claim, as any new limit does).
+    v_limited_kinds  text[] := ARRAY(SELECT substr(key, 6) FROM stageq.limits WHERE key LIKE 'kind:%');
 BEGIN
     LOOP
         SELECT t.process_priority INTO v_top FROM stageq.tasks t
@@ -179,16 +182,17 @@ BEGIN
             v_bump := true;
             FOREACH v_which IN ARRAY ARRAY['process', 'key', 'kind'] LOOP
                 CONTINUE WHEN (v_which = 'process' AND v_cand.max_parallel IS NULL)
-                           OR (v_which = 'key' AND v_cand.limit_key IS NULL);
+                           OR (v_which = 'key' AND v_cand.limit_key IS NULL)
+                           OR (v_which = 'kind' AND v_cand.kind <> ALL (v_limited_kinds));
                 v_may_wait := v_read_committed AND NOT v_holds AND NOT v_waited;
-                SELECT r.verdict, r.locked, r.waited INTO v_verdict, v_locked, v_w
-                  FROM stageq_routines.slot_check(
-                           CASE v_which WHEN 'process' THEN v_cand.process_id END,
-                           CASE v_which WHEN 'key' THEN v_cand.limit_key WHEN 'kind' THEN 'kind:' || v_cand.kind END,
-                           CASE v_which WHEN 'key' THEN v_cand.limit_key END,
-                           v_cand.kind, v_may_wait) r;
-                v_holds := v_holds OR v_locked;
-                v_restart := v_restart OR v_w;
+                v_slot := stageq_routines.slot_check(
+                              CASE v_which WHEN 'process' THEN v_cand.process_id END,
+                              CASE v_which WHEN 'key' THEN v_cand.limit_key WHEN 'kind' THEN 'kind:' || v_cand.kind END,
+                              CASE v_which WHEN 'key' THEN v_cand.limit_key END,
+                              v_cand.kind, v_may_wait);
+                v_verdict := v_slot.verdict;
+                v_holds := v_holds OR v_slot.locked;
+                v_restart := v_restart OR v_slot.waited;
                 v_waited := v_waited OR (v_may_wait AND v_verdict = 'busy');
                 CONTINUE WHEN v_verdict IN ('admits', 'none');
                 v_ok := false;
