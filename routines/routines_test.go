@@ -25,7 +25,7 @@ var pinned = map[string]struct {
 	version  int
 	checksum string
 }{
-	"postgres":  {11, "739ca73bb3ae08079e8de9265ce95540f167100d7c298c563e7e502d233410b8"},
+	"postgres":  {11, "b89c2ed5bbef07788a8791b39d2fa29d0bb3ba5cb3ae7292d639c101da8f3d51"},
 	"sqlserver": {3, "ff34c4168af4b2bf99f81b32421e390ba035adb9c9337593c36ee364e47607fe"},
 }
 

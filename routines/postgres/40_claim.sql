@@ -44,18 +44,15 @@ BEGIN
     waited := false;
     IF p_process IS NOT NULL THEN
         SELECT max_parallel INTO v_max FROM stageq.processes WHERE id = p_process FOR UPDATE SKIP LOCKED;
-    ELSIF EXISTS (SELECT 1 FROM stageq.limits WHERE key = p_limit) THEN
-        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
     ELSE
-        verdict := 'none';
-        locked := false;
-        RETURN;
+        SELECT max_running INTO v_max FROM stageq.limits WHERE key = p_limit FOR UPDATE SKIP LOCKED;
     END IF;
     locked := FOUND;
     IF NOT locked THEN
+        -- Held elsewhere, or not there: a look without the lock tells which.
         v_max := stageq_routines.slot_max(p_process, p_limit, false);
         IF v_max IS NULL THEN
-            verdict := 'none'; -- removed, or the cap lifted, as committed
+            verdict := 'none'; -- no such limit, or the cap lifted, as committed
             RETURN;
         ELSIF v_max <= stageq_routines.slot_used(p_process, p_key, p_kind) THEN
             verdict := 'full';
@@ -140,7 +137,7 @@ DECLARE
     v_verdict   text;     -- slot_check's
     v_slot      record;   -- slot_check's verdict, locked, waited
     v_holds     boolean := false; -- this claim holds a limit's or a capped process's row
-    v_waited    boolean := false; -- this claim waited for one, in vain
+    v_waited    boolean := false; -- this claim has waited for one: it waits once
     v_may_wait  boolean;
     v_busy      boolean;
     v_seen      int;
@@ -193,7 +190,7 @@ BEGIN
                 v_verdict := v_slot.verdict;
                 v_holds := v_holds OR v_slot.locked;
                 v_restart := v_restart OR v_slot.waited;
-                v_waited := v_waited OR (v_may_wait AND v_verdict = 'busy');
+                v_waited := v_waited OR v_slot.waited;
                 CONTINUE WHEN v_verdict IN ('admits', 'none');
                 v_ok := false;
                 -- A busy limit says nothing of its tasks: they keep their
@@ -208,32 +205,30 @@ BEGIN
                 END IF;
                 EXIT;
             END LOOP;
-            EXIT WHEN v_restart AND NOT v_ok AND NOT v_bump;
-            CONTINUE WHEN NOT v_ok AND NOT v_bump; -- busy: nothing to do with the task
-            PERFORM 1 FROM stageq.tasks WHERE id = v_cand.id AND state = 'available' FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                EXIT WHEN v_restart;
-                v_busy := true; -- another claim's, or already taken
-                CONTINUE;
+            -- A busy limit leaves the task alone (not even locked).
+            IF v_ok OR v_bump THEN
+                PERFORM 1 FROM stageq.tasks WHERE id = v_cand.id AND state = 'available' FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    v_busy := true; -- another claim's, or already taken
+                ELSIF v_ok THEN
+                    UPDATE stageq.tasks t
+                       SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
+                           lease_token = p_token, lease_expires_at = p_expires
+                     WHERE t.id = v_cand.id
+                    RETURNING t.* INTO v_task;
+                    v_out := ROW(v_task.id, v_task.process_id, v_cand.name, v_task.execution_order, v_task.kind,
+                                 v_task.body, v_task.attempt, v_task.max_attempts, v_task.atomic, v_task.abandons,
+                                 v_task.schedule_name, v_task.scheduled_for);
+                    RETURN NEXT v_out;
+                    v_got := v_got + 1;
+                ELSE
+                    UPDATE stageq.tasks
+                       SET vtime = greatest(vtime, stageq_routines.vnow(v_cand.priority) + 1000000 / v_cand.weight)
+                     WHERE id = v_cand.id;
+                END IF;
             END IF;
-            IF v_ok THEN
-                UPDATE stageq.tasks t
-                   SET state = 'running', attempt = t.attempt + 1, worker_id = p_worker,
-                       lease_token = p_token, lease_expires_at = p_expires
-                 WHERE t.id = v_cand.id
-                RETURNING t.* INTO v_task;
-                v_out := ROW(v_task.id, v_task.process_id, v_cand.name, v_task.execution_order, v_task.kind,
-                             v_task.body, v_task.attempt, v_task.max_attempts, v_task.atomic, v_task.abandons,
-                             v_task.schedule_name, v_task.scheduled_for);
-                RETURN NEXT v_out;
-                v_got := v_got + 1;
-                EXIT WHEN v_got >= p_max;
-            ELSIF v_bump THEN
-                UPDATE stageq.tasks
-                   SET vtime = greatest(vtime, stageq_routines.vnow(v_cand.priority) + 1000000 / v_cand.weight)
-                 WHERE id = v_cand.id;
-            END IF;
-            EXIT WHEN v_restart;
+            -- After its one wait the claim reads its candidates again (slot_check).
+            EXIT WHEN v_got >= p_max OR v_restart;
         END LOOP;
         EXIT WHEN v_got >= p_max;
         IF v_restart THEN
