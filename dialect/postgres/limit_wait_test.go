@@ -315,3 +315,16 @@ func TestClaimDoesNotWaitForAFullLimit(t *testing.T) {
 		t.Fatalf("claim: %+v; want the task of process other alone", got)
 	}
 }
+
+// TestClaimAdmitsUnderAKeyWithoutALimit: with limits about (the gated
+// claim), a task whose limit key names no limit, and a kind no limit names,
+// is claimed: slot_check finds no row to lock and says 'none'.
+func TestClaimAdmitsUnderAKeyWithoutALimit(t *testing.T) {
+	d := migratedDB(t)
+	limitTasks(t, d, "L", 1, 5)
+	execSQL(t, d, `INSERT INTO stageq.limits (key, max_running) VALUES ('kind:other', 1)`)
+	submitTasks(t, d, nil, "free", 2, "no-such-limit")
+	if got := <-claimIn(context.Background(), t, d, "w", 10); len(got) != 3 {
+		t.Fatalf("claim: %d tasks; want all 3 (L admits its one, the others have no limit)", len(got))
+	}
+}
